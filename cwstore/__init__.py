@@ -1,0 +1,48 @@
+"""cwstore: the PostgreSQL backend where StateWeave agents keep their durable state.
+
+Public names only; everything else is private and may move.
+"""
+
+from .errors import (
+    ChainConflictError,
+    ConflictError,
+    DatabaseError,
+    Error,
+    GraphExistsError,
+    InputError,
+    LengthConflictError,
+    MigrationError,
+    StoreTimeoutError,
+    UnknownGraphError,
+    ValidationError,
+    Violation,
+)
+from .identity import canonical_json, compute_id
+from .model import KINDS, AgentState, CausalNode
+from .rules import Vocabulary, fold_frontier, validate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KINDS",
+    "AgentState",
+    "CausalNode",
+    "ChainConflictError",
+    "ConflictError",
+    "DatabaseError",
+    "Error",
+    "GraphExistsError",
+    "InputError",
+    "LengthConflictError",
+    "MigrationError",
+    "StoreTimeoutError",
+    "UnknownGraphError",
+    "ValidationError",
+    "Violation",
+    "Vocabulary",
+    "__version__",
+    "canonical_json",
+    "compute_id",
+    "fold_frontier",
+    "validate",
+]

@@ -1,0 +1,301 @@
+"""Every exception cwstore raises.
+
+One root, :class:`Error`, and a few leaves that carry data rather than prose: callers
+write ``except cwstore.ConflictError as e`` and read ``e.actual_length``; tests assert
+on fields, never on ``str(e)``.
+
+The SQL functions raise their own SQLSTATEs (class ``CW``) with a JSON ``DETAIL``;
+:func:`from_sqlstate` maps them back here, so asyncpg, psycopg and psql users all meet
+the same rules. Every class is picklable (workers ship exceptions across processes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "ChainConflictError",
+    "ConflictError",
+    "DatabaseError",
+    "Error",
+    "GraphExistsError",
+    "InputError",
+    "LengthConflictError",
+    "MigrationError",
+    "StoreTimeoutError",
+    "UnknownGraphError",
+    "ValidationError",
+    "Violation",
+    "from_sqlstate",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule of a document or batch.
+
+    ``code`` is one of the stable safeguard codes of SPEC section 6 (``version``,
+    ``kind``, ``semantic_payload``, ``semantic_type``, ``duplicate_id``,
+    ``missing_parent``, ``parent_order``, ``identity``, ``sequence``, ``created_at``,
+    ``resource_chain``, ``frontier_reference``, ``unrepresentable``, ``shape``).
+    ``index`` is the node's position in the list it came in (``None`` for
+    document-level problems), ``node_id`` its ``id`` when it has a string one, and
+    ``path`` a JSON path such as ``$.nodes[3].payload.args[0]``.
+    """
+
+    code: str
+    index: int | None
+    node_id: str | None
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        where = f"node {self.index}" if self.index is not None else "document"
+        if self.node_id:
+            where += f" ({self.node_id})"
+        return f"{self.code}: {where} at {self.path}: {self.message}"
+
+
+class Error(Exception):
+    """Root of every cwstore exception."""
+
+    sqlstate: ClassVar[str | None] = None
+    _by_sqlstate: ClassVar[dict[str, type[Error]]] = {}
+
+    def __init_subclass__(cls, sqlstate: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.sqlstate = sqlstate
+        if sqlstate is not None:
+            Error._by_sqlstate[sqlstate] = cls
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (type(self).__doc__ or type(self).__name__).strip()
+        super().__init__(self.message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.__dict__.copy()))
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        """Build the exception from a SQL error's message and JSON detail."""
+        return cls(message)
+
+
+def _rebuild(cls: type[Error], state: dict[str, Any]) -> Error:
+    obj = cls.__new__(cls)
+    Exception.__init__(obj, state.get("message", ""))
+    obj.__dict__.update(state)
+    return obj
+
+
+class InputError(Error):
+    """Input that is not even a JSON document of the expected kind."""
+
+
+class ValidationError(Error, sqlstate="CW400"):
+    """A document or batch broke the store's rules; nothing was written.
+
+    ``violations`` lists every problem found, not only the first.
+    """
+
+    def __init__(self, violations: Iterable[Violation], message: str | None = None) -> None:
+        self.violations: list[Violation] = list(violations)
+        if message is None:
+            n = len(self.violations)
+            first = f": {self.violations[0]}" if self.violations else ""
+            more = f" (and {n - 1} more)" if n > 1 else ""
+            message = f"{n} violation{'s' if n != 1 else ''}{first}{more}"
+        super().__init__(message)
+
+    @property
+    def codes(self) -> list[str]:
+        return [v.code for v in self.violations]
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        items = detail.get("violations") or [detail]
+        return cls(
+            [
+                Violation(
+                    code=str(v.get("code", "shape")),
+                    index=v.get("index"),
+                    node_id=v.get("node_id"),
+                    path=str(v.get("path", "$")),
+                    message=str(v.get("message", message)),
+                )
+                for v in items
+            ],
+            message=message,
+        )
+
+
+class ConflictError(Error):
+    """A concurrent writer got there first; nothing was written. Re-read and retry."""
+
+    def __init__(self, message: str | None = None, *, graph: str | None = None) -> None:
+        self.graph = graph
+        super().__init__(message)
+
+
+class LengthConflictError(ConflictError, sqlstate="CW409"):
+    """The graph grew past the length the writer expected."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        graph: str | None = None,
+        expected_length: int | None = None,
+        actual_length: int | None = None,
+    ) -> None:
+        self.expected_length = expected_length
+        self.actual_length = actual_length
+        if message is None:
+            message = (
+                f"graph {graph!r} has length {actual_length}, "
+                f"the writer expected {expected_length}"
+            )
+        super().__init__(message, graph=graph)
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        return cls(
+            message,
+            graph=detail.get("graph"),
+            expected_length=detail.get("expected_length"),
+            actual_length=detail.get("actual_length"),
+        )
+
+
+class ChainConflictError(ConflictError, sqlstate="CW410"):
+    """Two writers extended the same resource or semantic key from the same head.
+
+    ``key`` is the resource key, ``linked_head`` the head the refused node linked to
+    (``None`` when it started the key) and ``current_head`` the head now stored.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        graph: str | None = None,
+        key: str | None = None,
+        linked_head: str | None = None,
+        current_head: str | None = None,
+        node_id: str | None = None,
+    ) -> None:
+        self.key = key
+        self.linked_head = linked_head
+        self.current_head = current_head
+        self.node_id = node_id
+        if message is None:
+            message = (
+                f"key {key!r} moved on: the node links to {linked_head}, "
+                f"the current head is {current_head}"
+            )
+        super().__init__(message, graph=graph)
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        return cls(
+            message,
+            graph=detail.get("graph"),
+            key=detail.get("key"),
+            linked_head=detail.get("linked_head"),
+            current_head=detail.get("current_head"),
+            node_id=detail.get("node_id"),
+        )
+
+
+class UnknownGraphError(Error, sqlstate="CW404"):
+    """The graph does not exist."""
+
+    def __init__(self, message: str | None = None, *, graph: str | None = None) -> None:
+        self.graph = graph
+        super().__init__(message or f"graph {graph!r} does not exist")
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        return cls(message, graph=detail.get("graph"))
+
+
+class GraphExistsError(Error, sqlstate="CW412"):
+    """Import refused: the graph already holds nodes."""
+
+    def __init__(
+        self, message: str | None = None, *, graph: str | None = None, length: int | None = None
+    ) -> None:
+        self.graph = graph
+        self.length = length
+        super().__init__(
+            message or f"graph {graph!r} already holds {length} nodes; import needs an empty graph"
+        )
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        return cls(message, graph=detail.get("graph"), length=detail.get("length"))
+
+
+class MigrationError(Error):
+    """The schema cannot be brought up to date safely."""
+
+    def __init__(self, message: str, version: int | None = None) -> None:
+        self.version = version
+        super().__init__(message)
+
+
+class StoreTimeoutError(Error):
+    """A lock or statement timeout expired; nothing was written."""
+
+    def __init__(self, message: str | None = None, *, sqlstate: str | None = None) -> None:
+        self.pg_sqlstate = sqlstate
+        super().__init__(message)
+
+
+class DatabaseError(Error):
+    """Any other error from PostgreSQL or the driver; ``__cause__`` is the original."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        sqlstate: str | None = None,
+        detail: str | None = None,
+        constraint: str | None = None,
+    ) -> None:
+        self.pg_sqlstate = sqlstate
+        self.detail = detail
+        self.constraint = constraint
+        super().__init__(message)
+
+
+def from_sqlstate(
+    sqlstate: str | None,
+    message: str,
+    detail: str | None = None,
+    constraint: str | None = None,
+) -> Error:
+    """Map a server error to the cwstore exception for its SQLSTATE.
+
+    cwstore's SQL raises ``CWnnn`` codes with a JSON object in ``DETAIL``; the
+    timeouts (``55P03`` lock, ``57014`` statement) become :class:`StoreTimeoutError`;
+    anything else is a :class:`DatabaseError` keeping the code and detail.
+    """
+    cls = Error._by_sqlstate.get(sqlstate or "")
+    if cls is not None:
+        try:
+            parsed = json.loads(detail) if detail else {}
+        except ValueError:
+            parsed = {}
+        if not isinstance(parsed, dict):
+            parsed = {}
+        return cls.from_detail(message, parsed)
+    if sqlstate in ("55P03", "57014"):
+        return StoreTimeoutError(message, sqlstate=sqlstate)
+    return DatabaseError(message, sqlstate=sqlstate, detail=detail, constraint=constraint)

@@ -1,0 +1,440 @@
+"""JSON exactly as the StateWeave runtime reads and writes it (pure, no I/O).
+
+The runtime is JavaScript: it parses with ``JSON.parse`` (every number a double) and
+writes with ``JSON.stringify``. This module gives Python the same behaviour:
+
+* :func:`loads` parses a document keeping object member order, marks what JavaScript
+  would mangle (``NaN``/``Infinity`` tokens, duplicate keys) instead of failing, and
+  never hits a recursion limit: deeply nested input (100,000 brackets) falls back to an
+  iterative parser.
+* :func:`dumps` writes compact JSON the way ``JSON.stringify`` does: member order as
+  given, strings escaped as JavaScript escapes them, numbers in JavaScript's
+  ``Number.prototype.toString`` form (``1e+21``, ``1e-7``, ``100``). A document the
+  runtime wrote therefore comes back byte for byte; a number another writer spelled
+  differently (``1.0``, ``1E5``) comes back in the runtime's spelling, with the same value.
+* :func:`problems` walks a value and reports what cannot be stored or hashed
+  faithfully, with a JSON path for each, so callers can refuse with a clear error.
+
+Both walkers are iterative or guarded, so nesting depth is limited only by
+:data:`MAX_DEPTH`, never by Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+import json.decoder
+import math
+import re
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_SAFE_INTEGER",
+    "BadNumber",
+    "DuplicateKeysDict",
+    "JSONTextError",
+    "dumps",
+    "js_number",
+    "loads",
+    "path_key",
+    "problems",
+]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+"""Largest integer a JavaScript number holds exactly; larger ones are refused."""
+
+MAX_DEPTH = 10_000
+"""Deepest nesting of arrays and objects accepted in a payload."""
+
+
+class JSONTextError(ValueError):
+    """The text is not JSON. ``line``/``column`` are 1-based, ``pos`` 0-based."""
+
+    def __init__(self, message: str, pos: int, line: int, column: int) -> None:
+        self.msg = message
+        self.pos = pos
+        self.line = line
+        self.column = column
+        super().__init__(f"{message} at line {line} column {column}")
+
+
+class BadNumber(str):
+    """A ``NaN``, ``Infinity`` or ``-Infinity`` token: JSON.parse refuses these."""
+
+    __slots__ = ()
+
+
+class DuplicateKeysDict(dict[str, Any]):
+    """An object that named some key twice; ``duplicates`` lists those keys."""
+
+    duplicates: list[str]
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        dd = DuplicateKeysDict(d)
+        seen: set[str] = set()
+        dd.duplicates = sorted({k for k, _ in pairs if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
+        return dd
+    return d
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return line, col
+
+
+def loads(text: str) -> Any:
+    """Parse JSON text; objects keep member order.
+
+    Raises :class:`JSONTextError` for text that is not JSON (with line and column).
+    ``NaN``/``Infinity`` come back as :class:`BadNumber`, objects with repeated keys as
+    :class:`DuplicateKeysDict`, so :func:`problems` can name them with a path.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=BadNumber)
+    except json.JSONDecodeError as exc:
+        raise JSONTextError(exc.msg, exc.pos, exc.lineno, exc.colno) from None
+    except RecursionError:
+        return _loads_iterative(text)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = json.scanner.NUMBER_RE  # type: ignore[attr-defined]
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_LITERALS: dict[str, Any] = {
+    "null": None,
+    "true": True,
+    "false": False,
+    "NaN": BadNumber("NaN"),
+    "Infinity": BadNumber("Infinity"),
+    "-Infinity": BadNumber("-Infinity"),
+}
+
+
+def _loads_iterative(text: str) -> Any:
+    """The same grammar as :func:`loads`, with an explicit stack instead of recursion."""
+
+    def fail(msg: str, pos: int) -> JSONTextError:
+        line, col = _line_col(text, pos)
+        return JSONTextError(msg, pos, line, col)
+
+    n = len(text)
+    # Each frame: [container, pending_key_or_None, pairs_list_for_objects]
+    stack: list[list[Any]] = []
+    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    result: Any = None
+    while True:
+        # Parse one value at pos.
+        if pos >= n:
+            raise fail("Expecting value", pos)
+        ch = text[pos]
+        value: Any
+        if ch == "{" or ch == "[":
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            if ch == "{":
+                if pos < n and text[pos] == "}":
+                    value = {}
+                    pos += 1
+                else:
+                    if pos >= n or text[pos] != '"':
+                        raise fail("Expecting property name enclosed in double quotes", pos)
+                    key, pos = _scanstring(text, pos + 1, True)
+                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != ":":
+                        raise fail("Expecting ':' delimiter", pos)
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    stack.append(["{", key, []])
+                    continue
+            else:
+                if pos < n and text[pos] == "]":
+                    value = []
+                    pos += 1
+                else:
+                    stack.append(["[", None, []])
+                    continue
+        elif ch == '"':
+            value, pos = _scanstring(text, pos + 1, True)
+        else:
+            m = _NUMBER.match(text, pos)
+            if m is not None and m.end() > pos:
+                integer, frac, exp = m.groups()
+                value = float(integer + (frac or "") + (exp or "")) if frac or exp else int(integer)
+                pos = m.end()
+            else:
+                for word, lit in _LITERALS.items():
+                    if text.startswith(word, pos):
+                        value = lit
+                        pos += len(word)
+                        break
+                else:
+                    raise fail("Expecting value", pos)
+        # Attach the value to its container, closing containers as they end.
+        while True:
+            if not stack:
+                end = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                if end != n:
+                    raise fail("Extra data", end)
+                result = value
+                return result
+            frame = stack[-1]
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if frame[0] == "{":
+                frame[2].append((frame[1], value))
+                if pos < n and text[pos] == ",":
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != '"':
+                        raise fail("Expecting property name enclosed in double quotes", pos)
+                    key, pos = _scanstring(text, pos + 1, True)
+                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != ":":
+                        raise fail("Expecting ':' delimiter", pos)
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    frame[1] = key
+                    break
+                if pos < n and text[pos] == "}":
+                    stack.pop()
+                    value = _pairs(frame[2])
+                    pos += 1
+                    continue
+                raise fail("Expecting ',' delimiter", pos)
+            frame[2].append(value)
+            if pos < n and text[pos] == ",":
+                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                break
+            if pos < n and text[pos] == "]":
+                stack.pop()
+                value = frame[2]
+                pos += 1
+                continue
+            raise fail("Expecting ',' delimiter", pos)
+
+
+# --- numbers -----------------------------------------------------------------------
+
+def js_number(x: int | float) -> str:
+    """``String(x)`` in JavaScript, for a finite number (ints within 2**53 included).
+
+    Python's ``repr`` and JavaScript both print the shortest digits that round-trip;
+    only the layout differs (ECMAScript ``Number::toString``: plain notation for
+    exponents -7 < e < 21, else ``d.ddde+N``).
+    """
+    if isinstance(x, int):
+        return str(int(x))
+    if x == 0.0:
+        return "0"
+    sign, digit_tuple, exp = Decimal(repr(float(x))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    assert isinstance(exp, int)
+    n = len(digit_tuple) + exp  # the decimal point sits after n digits
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        mant = digits[0] + ("." + digits[1:] if k > 1 else "")
+        out = f"{mant}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return ("-" if sign else "") + out
+
+
+# --- writing -------------------------------------------------------------------------
+
+_dumps_fast = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
+).encode
+_dump_str = json.encoder.py_encode_basestring  # type: ignore[attr-defined]
+try:  # the C escaper, identical output
+    from _json import encode_basestring as _dump_str  # type: ignore[no-redef]
+except ImportError:  # pragma: no cover
+    pass
+
+
+class _Slow(Exception):
+    """The fast path cannot write this value exactly."""
+
+
+KeyOrder = Callable[[dict[str, Any]], list[str]]
+
+
+def _fast_copy(value: Any, order: KeyOrder | None, depth: int = 0) -> Any:
+    """A copy json's C encoder writes exactly as JavaScript would, or raise _Slow."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is int:
+        return value
+    if t is float:
+        if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+            return int(value)
+        if 1e-4 <= abs(value) < 1e16:
+            return value  # repr() and String() agree in this range
+        raise _Slow
+    if depth > 400:
+        raise _Slow
+    if t is dict or isinstance(value, dict):
+        keys = order(value) if order is not None else value
+        return {k: _fast_copy(value[k], order, depth + 1) for k in keys}
+    if t is list:
+        return [_fast_copy(v, order, depth + 1) for v in value]
+    raise _Slow
+
+
+def _write_slow(value: Any, order: KeyOrder | None) -> str:
+    """Iterative writer: any depth, any finite number."""
+    out: list[str] = []
+    # Work items: ("v", value) to write a value, ("s", text) to emit text.
+    work: list[tuple[str, Any]] = [("v", value)]
+    while work:
+        tag, item = work.pop()
+        if tag == "s":
+            out.append(item)
+            continue
+        v = item
+        if v is None:
+            out.append("null")
+        elif v is True:
+            out.append("true")
+        elif v is False:
+            out.append("false")
+        elif isinstance(v, str):
+            out.append(_dump_str(v))
+        elif isinstance(v, int | float):
+            out.append(js_number(v))
+        elif isinstance(v, dict):
+            keys = order(v) if order is not None else list(v)
+            if not keys:
+                out.append("{}")
+                continue
+            out.append("{")
+            work.append(("s", "}"))
+            for i in range(len(keys) - 1, -1, -1):
+                k = keys[i]
+                work.append(("v", v[k]))
+                work.append(("s", ("," if i else "") + _dump_str(k) + ":"))
+        elif isinstance(v, list | tuple):
+            if not v:
+                out.append("[]")
+                continue
+            out.append("[")
+            work.append(("s", "]"))
+            for i in range(len(v) - 1, -1, -1):
+                work.append(("v", v[i]))
+                if i:
+                    work.append(("s", ","))
+        else:
+            raise TypeError(f"not a JSON value: {type(v).__name__}")
+    return "".join(out)
+
+
+def write(value: Any, order: KeyOrder | None = None) -> str:
+    """Compact JSON as ``JSON.stringify`` writes it, object keys ordered by ``order``.
+
+    ``order`` maps an object to its keys in the order to write them (default: as
+    given). The value must be free of :func:`problems`.
+    """
+    try:
+        return _dumps_fast(_fast_copy(value, order))
+    except (_Slow, RecursionError):
+        return _write_slow(value, order)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON as ``JSON.stringify`` writes it, member order as given."""
+    return write(value, None)
+
+
+# --- checking ------------------------------------------------------------------------
+
+_IDENT = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
+
+
+def path_key(path: str, key: str) -> str:
+    """Extend a JSON path with an object member."""
+    if _IDENT.match(key):
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=True)}]"
+
+
+def _bad_string(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _exact_double(v: int) -> bool:
+    """True when JavaScript reads ``v`` and writes back the very same digits.
+
+    ``JSON.stringify(1e20)`` is ``100000000000000000000``: the runtime itself writes
+    such literals, so they must import; ``9007199254740993`` would come back as
+    ``…992`` and is refused.
+    """
+    try:
+        return js_number(float(v)) == str(v)
+    except OverflowError:
+        return False
+
+
+def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
+    """Yield ``(code, path, message)`` for everything that cannot be kept exactly.
+
+    Codes: ``unrepresentable`` (NaN/Infinity, integers beyond ±(2**53−1), lone
+    surrogates, nesting deeper than :data:`MAX_DEPTH`) and ``shape`` (a key given
+    twice, a Python value that is not JSON). Iterative: any depth is safe.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        v, p, depth = stack.pop()
+        t = type(v)
+        if t is str:
+            if _bad_string(v):
+                yield ("unrepresentable", p, "string holds a lone surrogate (not valid Unicode)")
+        elif t is bool or v is None:
+            continue
+        elif t is int:
+            if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER and not _exact_double(v):
+                yield (
+                    "unrepresentable",
+                    p,
+                    f"integer {v} is beyond ±(2^53−1): JavaScript cannot hold it exactly",
+                )
+        elif t is float:
+            if not math.isfinite(v):
+                yield ("unrepresentable", p, f"{v} is not a finite number")
+        elif t is BadNumber:
+            yield ("unrepresentable", p, f"{v} is not a JSON number")
+        elif isinstance(v, dict):
+            if depth >= MAX_DEPTH:
+                yield ("unrepresentable", p, f"nesting deeper than {MAX_DEPTH} levels")
+                continue
+            dups = getattr(v, "duplicates", None)
+            if dups:
+                yield ("shape", p, f"object repeats key(s) {', '.join(map(repr, dups))}")
+            items = list(v.items())
+            for k, item in reversed(items):
+                if not isinstance(k, str):
+                    yield ("shape", p, f"object key {k!r} is not a string")
+                    continue
+                kp = path_key(p, k)
+                if _bad_string(k):
+                    yield ("unrepresentable", kp, "key holds a lone surrogate")
+                stack.append((item, kp, depth + 1))
+        elif t is list or t is tuple:
+            if depth >= MAX_DEPTH:
+                yield ("unrepresentable", p, f"nesting deeper than {MAX_DEPTH} levels")
+                continue
+            for i in range(len(v) - 1, -1, -1):
+                stack.append((v[i], f"{p}[{i}]", depth + 1))
+        elif isinstance(v, int | float | str):  # subclasses (e.g. IntEnum) are not JSON
+            yield ("shape", p, f"{type(v).__name__} is not a plain JSON value")
+        else:
+            yield ("shape", p, f"{type(v).__name__} is not a JSON value")

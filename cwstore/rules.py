@@ -1,0 +1,509 @@
+"""The rules of an AgentState document, as pure functions (no I/O).
+
+This module is the oracle: the database enforces the same invariants in SQL, and the
+database tests compare what PostgreSQL materializes against what these functions
+compute.
+
+* :func:`validate` checks every safeguard of SPEC section 6 and reports **every**
+  violation (code, node index, node id, JSON path, message). It takes parsed JSON (or
+  an :class:`~cwstore.model.AgentState`), so malformed input becomes ``shape``
+  violations, not exceptions.
+* :func:`fold_frontier` is SPEC section 4's default frontier fold.
+* :func:`check_nodes` is the per-node part, reused for append batches against an
+  existing graph's ids and key heads.
+* :class:`Vocabulary` is a graph's semantic-type policy: dynamic (the default: any
+  well-formed type) or a fixed list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import jsontext
+from .errors import InputError, Violation
+from .identity import compute_id
+from .model import KINDS, AgentState, CausalNode
+
+__all__ = [
+    "BUILTIN_TYPES",
+    "NODE_FIELDS",
+    "Vocabulary",
+    "check_nodes",
+    "fold_frontier",
+    "is_sorted_js",
+    "parse_document",
+    "resource_heads",
+    "semantic_resource_key",
+    "sort_parents",
+    "validate",
+]
+
+BUILTIN_TYPES: tuple[str, ...] = ("memory", "preference", "wisdom", "artifact")
+NODE_FIELDS: tuple[str, ...] = (
+    "id",
+    "kind",
+    "parents",
+    "payload",
+    "createdAt",
+    "sequence",
+    "resourceKey",
+)
+_REQUIRED_NODE_FIELDS = NODE_FIELDS[:-1]
+_TOP_FIELDS = ("version", "nodes", "frontier")
+_KIND_SET = frozenset(KINDS)
+
+SEMANTIC_TYPE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,47}$")
+SEMANTIC_KEY_RE = re.compile(r"^[a-z0-9_./:-]{1,120}$")
+SEMANTIC_CONTENT_MAX = 100_000
+MAX_VOCABULARY = 32
+
+# RFC 3339 date-time with a zone ("Z" or ±hh:mm); "T" or " " is not allowed, only T/t.
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """A graph's semantic-type policy: ``types is None`` means dynamic."""
+
+    types: tuple[str, ...] | None = None
+    descriptions: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def dynamic(cls) -> Vocabulary:
+        """Any well-formed type (``^[a-z][a-z0-9_-]{0,47}$``): the store's default."""
+        return cls(None)
+
+    @classmethod
+    def builtin(cls) -> Vocabulary:
+        """The runtime's built-in fixed list: memory, preference, wisdom, artifact."""
+        return cls(BUILTIN_TYPES)
+
+    @classmethod
+    def fixed(cls, names: Iterable[str]) -> Vocabulary:
+        return cls(tuple(names))
+
+    @classmethod
+    def from_node_types(cls, value: Any, source: str = "node types") -> Vocabulary:
+        """Read the runtime's ``nodeTypes`` list: ``[{name, description}]``, at most 32.
+
+        Raises :class:`cwstore.InputError` naming the bad entry.
+        """
+        if not isinstance(value, list):
+            raise InputError(f"{source}: expected a JSON list of {{name, description}}")
+        if not value or len(value) > MAX_VOCABULARY:
+            raise InputError(f"{source}: needs 1 to {MAX_VOCABULARY} entries, got {len(value)}")
+        names: list[str] = []
+        descs: list[str] = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise InputError(f"{source}[{i}]: expected an object with a string 'name'")
+            extra = set(item) - {"name", "description"}
+            if extra:
+                raise InputError(f"{source}[{i}]: unknown field(s) {sorted(extra)}")
+            name = item["name"]
+            if not SEMANTIC_TYPE_RE.match(name):
+                raise InputError(
+                    f"{source}[{i}]: type name {name!r} must match ^[a-z][a-z0-9_-]{{0,47}}$"
+                )
+            if name in names:
+                raise InputError(f"{source}[{i}]: type {name!r} listed twice")
+            desc = item.get("description", "")
+            if not isinstance(desc, str):
+                raise InputError(f"{source}[{i}]: description must be a string")
+            names.append(name)
+            descs.append(desc)
+        return cls(tuple(names), tuple(descs))
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.types is not None
+
+    def allows(self, semantic_type: str) -> bool:
+        if not SEMANTIC_TYPE_RE.match(semantic_type):
+            return False
+        return self.types is None or semantic_type in self.types
+
+
+def parse_document(text: str | bytes) -> Any:
+    """Decode and parse a document's text, or raise :class:`cwstore.InputError`.
+
+    Bytes must be UTF-8 (a byte order mark is refused, as ``JSON.parse`` refuses it).
+    """
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"input is not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x} "
+                f"at offset {exc.start})"
+            ) from None
+    if text.startswith("\ufeff"):
+        raise InputError("input starts with a byte order mark; JSON text must not")
+    if not text.strip():
+        raise InputError("input is empty: expected an AgentState JSON document")
+    try:
+        return jsontext.loads(text)
+    except jsontext.JSONTextError as exc:
+        raise InputError(f"input is not valid JSON: {exc}") from None
+
+
+def _utf16(s: str) -> bytes:
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def is_sorted_js(items: Sequence[str]) -> bool:
+    """Sorted ascending as JavaScript compares strings (UTF-16 code units)."""
+    for a, b in zip(items, items[1:], strict=False):
+        if a.isascii() and b.isascii():
+            if a > b:
+                return False
+        elif _utf16(a) > _utf16(b):
+            return False
+    return True
+
+
+def sort_parents(parents: Iterable[str]) -> list[str]:
+    """Unique and sorted the way the runtime stores them (``Array.prototype.sort``)."""
+    return sorted(set(parents), key=_utf16)
+
+
+def semantic_resource_key(semantic_type: str, key: str) -> str:
+    return f"semantic:{semantic_type}:{key}"
+
+
+def _as_obj(node: Any) -> Any:
+    return node.to_obj() if isinstance(node, CausalNode) else node
+
+
+def fold_frontier(nodes: Iterable[Any], start: Iterable[str] = ()) -> list[str]:
+    """SPEC section 4's default fold, in sequence order; heads in the order they joined.
+
+    ``semantic`` nodes and parentless ``system`` nodes leave the frontier alone; every
+    other node replaces its parents with itself. Accepts nodes as runtime JSON objects
+    or :class:`~cwstore.model.CausalNode`.
+    """
+    heads: dict[str, None] = dict.fromkeys(start)
+    for raw in nodes:
+        node = _as_obj(raw)
+        kind = node["kind"]
+        parents = node["parents"]
+        if kind == "semantic" or (kind == "system" and not parents):
+            continue
+        for p in parents:
+            heads.pop(p, None)
+        heads.setdefault(node["id"], None)
+    return list(heads)
+
+
+def resource_heads(nodes: Iterable[Any]) -> dict[str, str]:
+    """Each resource key's head (its latest node) after the given nodes."""
+    heads: dict[str, str] = {}
+    for raw in nodes:
+        node = _as_obj(raw)
+        key = node.get("resourceKey")
+        if isinstance(key, str):
+            heads[key] = node["id"]
+    return heads
+
+
+def _valid_time(value: str) -> bool:
+    m = _RFC3339.match(value)
+    if m is None:
+        return False
+    try:
+        datetime.fromisoformat(
+            f"{m[1]}-{m[2]}-{m[3]}T{m[4]}:{m[5]}:{min(int(m[6]), 59):02d}"
+            + ("+00:00" if m[8] in "Zz" else m[8])
+        )
+    except ValueError:
+        return False
+    return int(m[6]) <= 60 and (m[9] is None or (int(m[9]) <= 23 and int(m[10]) <= 59))
+
+
+def _json_length(value: Any) -> int:
+    text = jsontext.dumps(value)
+    return len(text) if text.isascii() else len(_utf16(text)) // 2
+
+
+def check_nodes(
+    nodes: Sequence[Any],
+    *,
+    vocabulary: Vocabulary,
+    known_ids: Mapping[str, int] | None = None,
+    heads: Mapping[str, str] | None = None,
+    first_sequence: int = 1,
+    path: str = "$.nodes",
+    require_sequence: bool = True,
+) -> list[Violation]:
+    """Check nodes in order against what came before them.
+
+    ``known_ids`` maps ids already in the graph to their sequence, ``heads`` maps each
+    resource key to its current head; the node at list index ``i`` must carry
+    ``sequence == first_sequence + i`` when ``require_sequence``.
+    """
+    out: list[Violation] = []
+    seen: dict[str, int] = dict(known_ids or {})
+    key_heads: dict[str, str] = dict(heads or {})
+    all_ids = {
+        n.get("id")
+        for n in (_as_obj(x) for x in nodes)
+        if isinstance(n, dict) and isinstance(n.get("id"), str)
+    }
+    for i, raw in enumerate(nodes):
+        node = _as_obj(raw)
+        np = f"{path}[{i}]"
+        node_id = node.get("id") if isinstance(node, dict) else None
+        nid = node_id if isinstance(node_id, str) else None
+
+        def bad(code: str, where: str, message: str, _i: int = i, _nid: Any = nid) -> None:
+            out.append(Violation(code, _i, _nid, where, message))
+
+        if not isinstance(node, dict):
+            bad("shape", np, f"node must be a JSON object, got {_type_name(node)}")
+            continue
+        for name in node:
+            if name not in NODE_FIELDS:
+                bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
+        missing = [f for f in _REQUIRED_NODE_FIELDS if f not in node]
+        for f in missing:
+            bad("shape", np, f"node is missing field {f!r}")
+
+        # id
+        id_ok = False
+        if "id" in node:
+            if not isinstance(node_id, str):
+                bad("shape", f"{np}.id", f"id must be a string, got {_type_name(node_id)}")
+            elif node_id in seen:
+                bad("duplicate_id", f"{np}.id", f"id {node_id} already used by an earlier node")
+            else:
+                id_ok = True
+
+        # kind
+        kind = node.get("kind")
+        kind_ok = isinstance(kind, str) and kind in _KIND_SET
+        if "kind" in node and not kind_ok:
+            bad("kind", f"{np}.kind", f"kind {kind!r} is not one of the ten: {', '.join(KINDS)}")
+
+        # parents
+        parents = node.get("parents")
+        parents_ok = False
+        if "parents" in node:
+            if not isinstance(parents, list):
+                bad("shape", f"{np}.parents", f"parents must be a list, got {_type_name(parents)}")
+            elif not all(isinstance(p, str) for p in parents):
+                for j, p in enumerate(parents):
+                    if not isinstance(p, str):
+                        bad("shape", f"{np}.parents[{j}]", "parent must be a string id")
+            else:
+                parents_ok = True
+                dup: set[str] = set()
+                if len(set(parents)) != len(parents):
+                    dup = {p for p in parents if parents.count(p) > 1}
+                for j, p in enumerate(parents):
+                    pp = f"{np}.parents[{j}]"
+                    if p == node_id:
+                        bad("parent_order", pp, "a node cannot be its own parent")
+                    elif p not in seen:
+                        if p in all_ids:
+                            bad("parent_order", pp, f"parent {p} comes later in sequence")
+                        else:
+                            bad("missing_parent", pp, f"parent {p} does not exist")
+                if dup:
+                    bad("parent_order", f"{np}.parents", f"parent(s) listed twice: {sorted(dup)}")
+                if not is_sorted_js(parents):
+                    bad("parent_order", f"{np}.parents", "parents are not sorted ascending")
+
+        # payload
+        payload_ok = "payload" in node
+        if payload_ok:
+            for code, where, message in jsontext.problems(node["payload"], f"{np}.payload"):
+                bad(code, where, message)
+                payload_ok = False
+
+        # createdAt
+        if "createdAt" in node:
+            created = node["createdAt"]
+            if not isinstance(created, str):
+                bad("shape", f"{np}.createdAt", f"createdAt must be a string, got "
+                    f"{_type_name(created)}")
+            elif not _valid_time(created):
+                bad("created_at", f"{np}.createdAt",
+                    f"createdAt {created!r} is not an RFC 3339 timestamp with a zone")
+
+        # sequence
+        if "sequence" in node:
+            seq = node["sequence"]
+            if type(seq) is float and seq.is_integer():
+                seq = int(seq)
+            if type(seq) is not int:
+                bad("shape", f"{np}.sequence", f"sequence must be an integer, got "
+                    f"{_type_name(seq)}")
+            elif require_sequence and seq != first_sequence + i:
+                bad("sequence", f"{np}.sequence",
+                    f"sequence is {seq}, expected {first_sequence + i}")
+
+        # resourceKey
+        rkey: str | None = None
+        rkey_ok = True
+        if "resourceKey" in node:
+            rk = node["resourceKey"]
+            if not isinstance(rk, str) or rk == "":
+                bad("shape", f"{np}.resourceKey",
+                    "resourceKey must be a non-empty string when present (never null)")
+                rkey_ok = False
+            elif "\x00" in rk or jsontext._bad_string(rk):
+                bad("unrepresentable", f"{np}.resourceKey",
+                    "resourceKey holds U+0000 or a lone surrogate, which a PostgreSQL text "
+                    "column cannot keep")
+                rkey_ok = False
+            else:
+                rkey = rk
+
+        # semantic payload and vocabulary
+        if kind == "semantic" and payload_ok:
+            _check_semantic(node, np, rkey, vocabulary, bad)
+
+        # chain
+        if rkey is not None and rkey in key_heads and parents_ok:
+            head = key_heads[rkey]
+            if head not in parents:
+                bad("resource_chain", f"{np}.parents",
+                    f"new version of {rkey!r} does not link to the key's head {head}")
+
+        # identity
+        if id_ok and kind_ok and parents_ok and payload_ok and rkey_ok:
+            expected = compute_id(kind, parents, node["payload"], rkey)
+            if expected != node_id:
+                bad("identity", f"{np}.id",
+                    f"id {node_id} does not match the content's identity {expected}")
+
+        if isinstance(node_id, str) and node_id not in seen:
+            seen[node_id] = first_sequence + i
+        if rkey is not None and isinstance(node_id, str):
+            key_heads[rkey] = node_id
+    return out
+
+
+def _check_semantic(
+    node: dict[str, Any], np: str, rkey: str | None, vocabulary: Vocabulary, bad: Any
+) -> None:
+    payload = node["payload"]
+    pp = f"{np}.payload"
+    if not isinstance(payload, dict):
+        bad("semantic_payload", pp, "semantic payload must be an object {type, key, content}")
+        return
+    extra = [k for k in payload if k not in ("type", "key", "content")]
+    for k in extra:
+        bad("semantic_payload", jsontext.path_key(pp, k), f"unknown semantic field {k!r}")
+    for k in ("type", "key", "content"):
+        if k not in payload:
+            bad("semantic_payload", pp, f"semantic payload is missing {k!r}")
+    stype, skey = payload.get("type"), payload.get("key")
+    if "type" in payload:
+        if not isinstance(stype, str):
+            bad("semantic_payload", f"{pp}.type", "semantic type must be a string")
+        elif not SEMANTIC_TYPE_RE.match(stype):
+            bad("semantic_type", f"{pp}.type",
+                f"semantic type {stype!r} must match ^[a-z][a-z0-9_-]{{0,47}}$")
+        elif not vocabulary.allows(stype):
+            allowed = ", ".join(vocabulary.types or ())
+            bad("semantic_type", f"{pp}.type",
+                f"semantic type {stype!r} is not in the graph's fixed vocabulary ({allowed})")
+    if "key" in payload:
+        if not isinstance(skey, str):
+            bad("semantic_payload", f"{pp}.key", "semantic key must be a string")
+        elif not SEMANTIC_KEY_RE.match(skey):
+            bad("semantic_payload", f"{pp}.key",
+                f"semantic key {skey!r} must match ^[a-z0-9_./:-]{{1,120}}$")
+    if "content" in payload and _json_length(payload["content"]) > SEMANTIC_CONTENT_MAX:
+        bad("semantic_payload", f"{pp}.content",
+            f"semantic content is longer than {SEMANTIC_CONTENT_MAX} characters of JSON")
+    if isinstance(stype, str) and isinstance(skey, str):
+        want = semantic_resource_key(stype, skey)
+        if rkey != want:
+            bad("semantic_payload", f"{np}.resourceKey",
+                f"semantic resourceKey must be {want!r}, got {node.get('resourceKey')!r}")
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def check_frontier(
+    frontier: Any, ids: Iterable[str], path: str = "$.frontier"
+) -> list[Violation]:
+    """Every frontier entry is a string id of an existing node, none twice."""
+    out: list[Violation] = []
+    if not isinstance(frontier, list):
+        return [Violation("shape", None, None, path,
+                          f"frontier must be a list of ids, got {_type_name(frontier)}")]
+    known = set(ids)
+    seen: set[str] = set()
+    for j, fid in enumerate(frontier):
+        fp = f"{path}[{j}]"
+        if not isinstance(fid, str):
+            out.append(Violation("shape", None, None, fp, "frontier entry must be a string id"))
+        elif fid in seen:
+            out.append(Violation("frontier_reference", None, fid, fp,
+                                 f"frontier lists {fid} twice"))
+        elif fid not in known:
+            out.append(Violation("frontier_reference", None, fid, fp,
+                                 f"frontier references missing node {fid}"))
+        else:
+            seen.add(fid)
+    return out
+
+
+def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation]:
+    """Every violation of SPEC section 6 in a document; an empty list means valid.
+
+    ``state`` is parsed JSON (see :func:`parse_document`) or an
+    :class:`~cwstore.model.AgentState`. ``vocabulary`` defaults to dynamic.
+    """
+    vocab = vocabulary if vocabulary is not None else Vocabulary.dynamic()
+    if isinstance(state, AgentState):
+        state = state.to_obj()
+    if not isinstance(state, dict):
+        return [Violation("shape", None, None, "$",
+                          f"document must be a JSON object, got {_type_name(state)}")]
+    out: list[Violation] = []
+    for name in state:
+        if name not in _TOP_FIELDS:
+            out.append(Violation("shape", None, None, jsontext.path_key("$", name),
+                                 f"unknown top-level field {name!r}"))
+    for name in _TOP_FIELDS:
+        if name not in state:
+            out.append(Violation("shape", None, None, "$", f"document is missing {name!r}"))
+    if "version" in state and (state["version"] != 1 or isinstance(state["version"], bool)):
+        out.append(Violation("version", None, None, "$.version",
+                             f"version must be 1, got {state['version']!r}"))
+    nodes = state.get("nodes")
+    if "nodes" in state and not isinstance(nodes, list):
+        out.append(Violation("shape", None, None, "$.nodes",
+                             f"nodes must be a list, got {_type_name(nodes)}"))
+        nodes = None
+    ids: list[str] = []
+    if isinstance(nodes, list):
+        out.extend(check_nodes(nodes, vocabulary=vocab))
+        ids = [n["id"] for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)]
+    if "frontier" in state:
+        out.extend(check_frontier(state["frontier"], ids))
+    return out
