@@ -1,0 +1,325 @@
+"""Code shared by the async and sync stores that does no I/O.
+
+Each store method is then a few lines: prepare arguments here, run a named query
+through its driver, map rows and errors back here. Keeping this pure is what lets the
+two stores stay twins without duplicating logic.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, LiteralString, cast
+
+from . import jsontext
+from ._sql import queries
+from .errors import (
+    ConflictError,
+    Error,
+    InputError,
+    ValidationError,
+    Violation,
+    from_sqlstate,
+)
+from .identity import compute_id
+from .model import AgentState, CausalNode
+from .rules import (
+    NODE_FIELDS,
+    Vocabulary,
+    check_nodes,
+    parse_document,
+    sort_parents,
+    validate,
+)
+
+__all__ = [
+    "Cursor",
+    "DivergedError",
+    "GraphInfo",
+    "PreparedBatch",
+    "TailItem",
+    "as_document",
+    "export_text",
+    "js_now",
+    "map_constraint",
+    "node_from_row",
+    "prepare_batch",
+    "q",
+    "resolve_dsn",
+]
+
+_Q = queries()
+
+
+def q(name: str) -> LiteralString:
+    """A named query from ``sql/queries.sql``."""
+    return cast(LiteralString, _Q[name])
+
+
+def resolve_dsn(dsn: str | None) -> str:
+    """The DSN to use: the argument, else ``CWSTORE_DSN``, else the embedded server."""
+    if dsn:
+        return dsn
+    env = os.environ.get("CWSTORE_DSN")
+    if env:
+        return env
+    from .server import ensure_server
+
+    return ensure_server()
+
+
+def js_now() -> str:
+    """``new Date().toISOString()``: UTC, milliseconds, ``Z``."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphInfo:
+    """A graph's name, length and semantic vocabulary (``None`` = dynamic)."""
+
+    name: str
+    length: int
+    vocabulary: tuple[str, ...] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Cursor:
+    """A position in the all-graphs feed (:meth:`AsyncStore.tail_all`).
+
+    Opaque to users; ``str(cursor)`` and :meth:`parse` round-trip it so a consumer can
+    persist where it stopped.
+    """
+
+    xid: int = 0
+    graph_id: int = 0
+    seq: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.xid}:{self.graph_id}:{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str | Cursor | None) -> Cursor:
+        if text is None:
+            return cls()
+        if isinstance(text, Cursor):
+            return text
+        try:
+            a, b, c = (int(x) for x in str(text).split(":"))
+        except ValueError:
+            raise InputError(f"cursor {text!r} is not of the form XID:GRAPH:SEQ") from None
+        return cls(a, b, c)
+
+
+@dataclass(frozen=True, slots=True)
+class TailItem:
+    """One node of the all-graphs feed, with the cursor to resume after it."""
+
+    cursor: Cursor
+    graph: str
+    node: CausalNode
+
+
+class DivergedError(ConflictError):
+    """The saved state does not extend the stored graph (it branched off); nothing
+    was written. ``position`` is the first sequence where they differ."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        graph: str | None = None,
+        position: int | None = None,
+        stored_length: int | None = None,
+    ) -> None:
+        self.position = position
+        self.stored_length = stored_length
+        super().__init__(
+            message
+            or f"state does not extend graph {graph!r}: it differs at sequence {position} "
+            f"(stored length {stored_length})",
+            graph=graph,
+        )
+
+
+# --- documents and batches -----------------------------------------------------------
+
+
+def as_document(state: Any, vocabulary: Vocabulary | None = None) -> dict[str, Any]:
+    """Parsed, validated AgentState JSON from a model, a dict, or JSON text/bytes.
+
+    Raises :class:`ValidationError` listing every violation.
+    """
+    if isinstance(state, AgentState):
+        return state.to_obj()
+    doc = parse_document(state) if isinstance(state, str | bytes | bytearray) else state
+    violations = validate(doc, vocabulary=vocabulary)
+    if violations:
+        raise ValidationError(violations)
+    return cast(dict[str, Any], doc)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    """Nodes ready for ``append_v1``: ids computed or verified, parents sorted."""
+
+    nodes: list[dict[str, Any]]
+    json: str
+    frontier_json: str | None
+
+
+def _node_obj(node: Any) -> Any:
+    if isinstance(node, CausalNode):
+        return node.to_obj()
+    return node
+
+
+def prepare_batch(
+    nodes: Iterable[Any],
+    frontier: Sequence[str] | None = None,
+    vocabulary: Vocabulary | None = None,
+) -> PreparedBatch:
+    """Complete and check a batch of nodes for appending.
+
+    A node may omit ``id`` and ``sequence`` (and ``createdAt``): its parents are sorted
+    and deduplicated as the runtime does, its id computed by SPEC section 2, its
+    ``createdAt`` set to now. A given ``id`` is verified. A given ``sequence`` is
+    ignored: the database assigns it. Never adds a key's head to the parents: that
+    would turn a lost race into a silent overwrite.
+
+    Raises :class:`ValidationError` with every violation (codes as at import).
+    """
+    items = list(nodes)
+    if not items:
+        raise ValidationError([Violation("shape", None, None, "$", "the batch holds no nodes")])
+    done: list[Any] = []
+    no_id: set[int] = set()
+    for i, raw in enumerate(items):
+        node = _node_obj(raw)
+        if not isinstance(node, dict):
+            done.append(node)
+            continue
+        node = dict(node)
+        parents = node.get("parents")
+        if isinstance(parents, list) and all(isinstance(p, str) for p in parents):
+            node["parents"] = sort_parents(parents)
+        node.setdefault("createdAt", js_now())
+        node.pop("sequence", None)
+        if "id" not in node:
+            kind, payload, rkey = node.get("kind"), node.get("payload"), node.get("resourceKey")
+            if (
+                isinstance(kind, str)
+                and isinstance(node.get("parents"), list)
+                and "payload" in node
+                and (rkey is None or isinstance(rkey, str))
+                and not any(jsontext.problems(payload))
+            ):
+                node["id"] = compute_id(kind, node["parents"], payload, rkey)
+            else:
+                no_id.add(i)  # the problems themselves are reported below
+        done.append({k: node[k] for k in NODE_FIELDS if k in node} | node)
+    violations = [
+        v
+        for v in check_nodes(
+            done, vocabulary=vocabulary or Vocabulary.dynamic(), require_sequence=False, path="$"
+        )
+        # Parents may be stored nodes the batch does not hold: the database checks them.
+        # A node given twice in one batch is the same content (same id): appended once.
+        if not (v.code == "missing_parent" or v.code == "duplicate_id")
+        and not (v.code == "shape" and v.index in no_id and "'id'" in v.message)
+        and not (v.code == "shape" and "'sequence'" in v.message)
+    ]
+    if frontier is not None:
+        if not isinstance(frontier, list | tuple) or not all(isinstance(f, str) for f in frontier):
+            violations.append(Violation("shape", None, None, "$.frontier",
+                                        "frontier must be a list of node ids"))
+        elif len(set(frontier)) != len(frontier):
+            violations.append(Violation("frontier_reference", None, None, "$.frontier",
+                                        "frontier lists an id twice"))
+    if violations:
+        raise ValidationError(violations)
+    return PreparedBatch(
+        nodes=done,
+        json=jsontext.dumps(done),
+        frontier_json=None if frontier is None else jsontext.dumps(list(frontier)),
+    )
+
+
+def node_from_row(
+    seq: int,
+    node_id: str,
+    kind: str,
+    parents: Sequence[str],
+    payload_text: str,
+    created_at: str,
+    resource_key: str | None,
+) -> CausalNode:
+    """A stored row as the runtime's node (payload parsed from its exact text)."""
+    return CausalNode.model_construct(
+        id=node_id,
+        kind=kind,
+        parents=tuple(parents),
+        payload=jsontext.loads(payload_text),
+        created_at=created_at,
+        sequence=int(seq),
+        resource_key=resource_key,
+    )
+
+
+def export_text(node_texts: Iterable[str], frontier: Sequence[str]) -> str:
+    """The AgentState v1 document from per-node JSON texts and the frontier."""
+    return (
+        '{"version":1,"nodes":['
+        + ",".join(node_texts)
+        + '],"frontier":'
+        + jsontext.dumps(list(frontier))
+        + "}"
+    )
+
+
+# --- errors ----------------------------------------------------------------------------
+
+_CONSTRAINT_CODES: Mapping[str, tuple[str, str]] = {
+    "nodes_kind_check": ("kind", "$.kind"),
+    "nodes_id_check": ("identity", "$.id"),
+    "nodes_created_at_check": ("created_at", "$.createdAt"),
+    "nodes_id_key": ("duplicate_id", "$.id"),
+    "nodes_pkey": ("sequence", "$.sequence"),
+    "nodes_seq_check": ("sequence", "$.sequence"),
+    "edges_order_check": ("parent_order", "$.parents"),
+    "nodes_resource_key_check": ("shape", "$.resourceKey"),
+    "graphs_vocabulary_check": ("shape", "$.vocabulary"),
+}
+
+
+def map_constraint(
+    sqlstate: str | None,
+    message: str,
+    detail: str | None,
+    constraint: str | None,
+    batch_ids: Sequence[str] = (),
+) -> Error:
+    """The cwstore exception for a server error (see :func:`cwstore.errors.from_sqlstate`).
+
+    Constraint violations of the node tables become :class:`ValidationError` with the
+    safeguard code the constraint holds; invalid JSON or timestamps likewise. Node
+    indexes are rewritten to positions in the batch when the batch ids are known.
+    """
+    if constraint in _CONSTRAINT_CODES:
+        code, path = _CONSTRAINT_CODES[constraint]
+        return ValidationError([Violation(code, None, None, path, message)])
+    if sqlstate in ("22P02", "22023", "22021", "22P05") and "json" in message.lower():
+        return ValidationError([Violation("unrepresentable", None, None, "$.payload", message)])
+    if sqlstate in ("22007", "22008", "22009"):
+        return ValidationError([Violation("created_at", None, None, "$.createdAt", message)])
+    err = from_sqlstate(sqlstate, message, detail, constraint)
+    if isinstance(err, ValidationError) and batch_ids:
+        index = {nid: i for i, nid in enumerate(batch_ids)}
+        err.violations = [
+            Violation(v.code, index.get(v.node_id or "", v.index), v.node_id, v.path, v.message)
+            for v in err.violations
+        ]
+    return err

@@ -1,0 +1,417 @@
+"""AsyncStore: the asyncio client, on an asyncpg pool.
+
+Every write is one call of a SQL function (or, for import, one COPY between two), so
+the rules live in the database and this class stays thin: prepare arguments with
+:mod:`cwstore._store_base`, run a named query, map rows and errors back.
+
+Nothing here relies on session state: appends and reads work through a
+transaction-mode pooler. :meth:`AsyncStore.tail` and :meth:`AsyncStore.tail_all`
+LISTEN on a dedicated connection of their own (NOTIFY is only a wake-up; the table is
+the truth), which a transaction-mode pooler cannot hold: point those at the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import asyncpg
+
+from . import migrate
+from ._store_base import (
+    Cursor,
+    DivergedError,
+    GraphInfo,
+    TailItem,
+    as_document,
+    export_text,
+    map_constraint,
+    node_from_row,
+    prepare_batch,
+    q,
+    resolve_dsn,
+)
+from .errors import DatabaseError, Error, InputError, UnknownGraphError
+from .model import AgentState, CausalNode
+from .rules import Vocabulary
+
+__all__ = ["AsyncStore", "connect"]
+
+_COPY_COLUMNS = (
+    "graph_id",
+    "seq",
+    "id",
+    "kind",
+    "parents",
+    "payload_text",
+    "created_at_text",
+    "resource_key",
+)
+_TAIL_BATCH = 1000
+_POLL_SECONDS = 1.0
+
+
+async def connect(
+    dsn: str | None = None,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    migrate_schema: bool = True,
+) -> AsyncStore:
+    """Open an :class:`AsyncStore`.
+
+    ``dsn`` defaults to ``CWSTORE_DSN``, else the embedded server (started or reused in
+    ``CWSTORE_HOME``). With ``migrate_schema`` the schema is brought up to date first
+    (idempotent; safe when many processes connect at once).
+    """
+    real = resolve_dsn(dsn)
+    try:
+        if migrate_schema:
+            conn = await asyncpg.connect(real)
+            try:
+                await migrate.apply_migrations(conn)
+            finally:
+                await conn.close()
+        pool = await asyncpg.create_pool(real, min_size=min_size, max_size=max_size)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise _wrap(exc) from exc
+    return AsyncStore(pool, real)
+
+
+def _wrap(exc: BaseException, batch_ids: Sequence[str] = ()) -> Error:
+    if isinstance(exc, Error):
+        return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        return map_constraint(
+            exc.sqlstate,
+            str(getattr(exc, "message", None) or exc),
+            getattr(exc, "detail", None),
+            getattr(exc, "constraint_name", None),
+            batch_ids,
+        )
+    return DatabaseError(f"{type(exc).__name__}: {exc}")
+
+
+_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ConnectionError)
+
+
+class AsyncStore:
+    """The async client of one cwstore database. Use :func:`connect` to make one."""
+
+    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+        self._pool = pool
+        self.dsn = dsn
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection of the pool."""
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def _conn(self, batch_ids: Sequence[str] = ()) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except _DB_ERRORS as exc:
+            raise _wrap(exc, batch_ids) from exc
+
+    async def _graph(self, conn: asyncpg.Connection, graph: str) -> asyncpg.Record:
+        row = await conn.fetchrow(q("graph_get"), graph)
+        if row is None:
+            raise UnknownGraphError(graph=graph)
+        return row
+
+    # --- graphs ------------------------------------------------------------------------
+
+    async def graphs(self) -> list[GraphInfo]:
+        """Every graph with its length and vocabulary."""
+        async with self._conn() as conn:
+            rows = await conn.fetch(q("graphs_list"))
+        return [
+            GraphInfo(r["name"], r["length"], tuple(r["vocabulary"]) if r["vocabulary"] else None,
+                      r["created_at"])
+            for r in rows
+        ]
+
+    async def length(self, graph: str) -> int:
+        """How many nodes the graph holds. Raises :class:`UnknownGraphError`."""
+        async with self._conn() as conn:
+            return int((await self._graph(conn, graph))["length"])
+
+    # --- import and replay ---------------------------------------------------------------
+
+    async def import_state(
+        self, graph: str, state: Any, *, vocabulary: Vocabulary | None = None
+    ) -> int:
+        """Import a whole AgentState into an empty (or new) graph; returns its length.
+
+        ``state`` is an :class:`AgentState`, parsed JSON, or JSON text. The document is
+        validated first (every violation, :class:`ValidationError`), then written in
+        one transaction with COPY; nothing is written unless everything passes.
+        Raises :class:`GraphExistsError` when the graph already holds nodes.
+        """
+        vocab = vocabulary or Vocabulary.dynamic()
+        doc = as_document(state, vocab)
+        nodes = doc["nodes"]
+        async with self._conn() as conn, conn.transaction():
+            graph_id = await conn.fetchval(q("begin_import"), graph, _vocab_arg(vocab))
+            if nodes:
+                await conn.copy_records_to_table(
+                    "nodes",
+                    schema_name="cwstore",
+                    columns=_COPY_COLUMNS,
+                    records=_copy_records(graph_id, nodes),
+                )
+            await conn.execute(q("declare_frontier"), graph_id, list(doc["frontier"]))
+        return len(nodes)
+
+    async def _prefix(
+        self, conn: asyncpg.Connection, graph: str, as_of: int | datetime | None
+    ) -> tuple[int, int]:
+        g = await self._graph(conn, graph)
+        graph_id, length = int(g["graph_id"]), int(g["length"])
+        if as_of is None:
+            return graph_id, length
+        if isinstance(as_of, datetime):
+            if as_of.tzinfo is None:
+                raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
+            return graph_id, int(await conn.fetchval(q("seq_at_time"), graph_id, as_of))
+        if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
+            raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
+        if as_of > length:
+            raise InputError(f"graph {graph!r} has {length} nodes; cannot read as of {as_of}")
+        return graph_id, as_of
+
+    async def _frontier_at(self, conn: asyncpg.Connection, graph_id: int, seq: int) -> list[str]:
+        if seq == 0:
+            return []
+        return [r[0] for r in await conn.fetch(q("frontier_at"), graph_id, seq)]
+
+    async def export_json(self, graph: str, as_of: int | datetime | None = None) -> str:
+        """The graph (or its prefix as of a sequence or time) as AgentState v1 JSON text.
+
+        Built from the stored exact texts without re-parsing: payloads come back byte
+        for byte. As of a time T: the prefix up to the last node whose ``createdAt`` is
+        at or before T. The frontier is the one in force at that point.
+        """
+        async with self._conn() as conn, conn.transaction(isolation="repeatable_read",
+                                                          readonly=True):
+            graph_id, seq = await self._prefix(conn, graph, as_of)
+            texts = [r[0] for r in await conn.fetch(q("export_nodes"), graph_id, seq)]
+            frontier = await self._frontier_at(conn, graph_id, seq)
+        return export_text(texts, frontier)
+
+    async def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
+        """The graph (or a prefix of it) as an :class:`AgentState` the runtime loads."""
+        async with self._conn() as conn, conn.transaction(isolation="repeatable_read",
+                                                          readonly=True):
+            graph_id, seq = await self._prefix(conn, graph, as_of)
+            rows = await conn.fetch(q("node_rows"), graph_id, 0, seq)
+            frontier = await self._frontier_at(conn, graph_id, seq)
+        return AgentState.model_construct(
+            version=1, nodes=tuple(node_from_row(*r) for r in rows), frontier=tuple(frontier)
+        )
+
+    # --- live writes ---------------------------------------------------------------------
+
+    async def append(
+        self,
+        graph: str,
+        nodes: Iterable[Any],
+        *,
+        expected_length: int | None = None,
+        frontier: Sequence[str] | None = None,
+    ) -> list[CausalNode]:
+        """Append a batch of nodes; returns them as stored, with ids and sequences.
+
+        See :func:`cwstore._store_base.prepare_batch` for what a node may omit. The
+        batch commits whole or not at all. Nodes the graph already holds are returned
+        as stored and not written again (idempotent retries). ``frontier`` declares the
+        frontier after the batch; without it the fold of SPEC section 4 applies.
+
+        Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
+        ``expected_length``), :class:`ChainConflictError` (a key moved on).
+        """
+        batch = prepare_batch(nodes, frontier)
+        ids = [n.get("id", "") for n in batch.nodes]
+        async with self._conn(ids) as conn:
+            rows = await conn.fetch(
+                q("append"), graph, batch.json, expected_length, batch.frontier_json
+            )
+        return _stored(batch.nodes, rows)
+
+    async def save(
+        self, graph: str, state: Any, *, expected_length: int | None = None
+    ) -> list[CausalNode]:
+        """Persist a whole state the runtime handed back: append only what is new.
+
+        The stored graph must be a prefix of ``state`` (same ids in the same order);
+        otherwise :class:`DivergedError` (a :class:`ConflictError`) and nothing is
+        written. The state's frontier is declared after the new nodes. Returns the nodes
+        this call wrote. A concurrent writer makes it a :class:`LengthConflictError`.
+        """
+        doc = as_document(state)
+        nodes = doc["nodes"]
+        async with self._conn() as conn:
+            row = await conn.fetchrow(q("graph_get"), graph)
+            stored = int(row["length"]) if row else 0
+            if expected_length is not None and expected_length != stored:
+                from .errors import LengthConflictError
+
+                raise LengthConflictError(graph=graph, expected_length=expected_length,
+                                          actual_length=stored)
+            if stored > len(nodes):
+                raise DivergedError(graph=graph, position=len(nodes) + 1, stored_length=stored)
+            if stored:
+                bad = await conn.fetchval(
+                    q("first_mismatch"), row["graph_id"], [n["id"] for n in nodes[:stored]]
+                )
+                if bad is not None:
+                    raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
+            new = nodes[stored:]
+            if not new:
+                current = [r[0] for r in await conn.fetch(q("frontier_now"), row["graph_id"])] \
+                    if row else []
+                if current == list(doc["frontier"]):
+                    return []
+        if not new:
+            await self.append(graph, nodes[-1:], frontier=doc["frontier"])
+            return []
+        stored_nodes = await self.append(
+            graph, new, expected_length=stored, frontier=doc["frontier"]
+        )
+        return [n for n in stored_nodes if n.sequence > stored]
+
+    async def frontier(self, graph: str) -> list[str]:
+        """The current frontier (heads in the order they joined), for a new goal's
+        parents."""
+        async with self._conn() as conn:
+            g = await self._graph(conn, graph)
+            return [r[0] for r in await conn.fetch(q("frontier_now"), g["graph_id"])]
+
+    # --- following -------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _listener(self) -> AsyncIterator[tuple[asyncpg.Connection, asyncio.Event]]:
+        event = asyncio.Event()
+        try:
+            conn = await asyncpg.connect(self.dsn)
+        except _DB_ERRORS as exc:
+            raise _wrap(exc) from exc
+
+        def wake(*_: Any) -> None:
+            event.set()
+
+        try:
+            await conn.add_listener("cwstore", wake)
+            yield conn, event
+        finally:
+            try:
+                await conn.close()
+            except _DB_ERRORS:
+                pass
+
+    async def tail(self, graph: str, after: int = 0) -> AsyncIterator[CausalNode]:
+        """Yield the graph's nodes with sequence > ``after``, in order, then follow new
+        commits live, forever (break out of the loop to stop). No gaps, no duplicates:
+        commit order equals sequence order within a graph."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise InputError(f"after must be a sequence number >= 0, got {after!r}")
+        async with self._listener() as (conn, event):
+            g = await self._graph(conn, graph)
+            graph_id, last = int(g["graph_id"]), after
+            while True:
+                event.clear()
+                try:
+                    rows = await conn.fetch(q("tail_graph"), graph_id, last, _TAIL_BATCH)
+                except _DB_ERRORS as exc:
+                    raise _wrap(exc) from exc
+                for r in rows:
+                    last = int(r[0])
+                    yield node_from_row(*r)
+                if len(rows) < _TAIL_BATCH:
+                    try:
+                        await asyncio.wait_for(event.wait(), _POLL_SECONDS)
+                    except TimeoutError:
+                        pass
+
+    async def tail_all(self, after: Cursor | str | None = None) -> AsyncIterator[TailItem]:
+        """One feed of every graph's new nodes, live, with a resumable cursor.
+
+        Reads only rows of transactions older than every transaction still running, so
+        a transaction that commits late is never skipped (at the price of waiting for
+        long-running ones).
+        """
+        cursor = Cursor.parse(after)
+        async with self._listener() as (conn, event):
+            while True:
+                event.clear()
+                try:
+                    rows = await conn.fetch(q("tail_all"), str(cursor.xid), cursor.graph_id,
+                                            cursor.seq, _TAIL_BATCH)
+                except _DB_ERRORS as exc:
+                    raise _wrap(exc) from exc
+                for r in rows:
+                    cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
+                    yield TailItem(cursor, r[2], node_from_row(*r[3:]))
+                if len(rows) < _TAIL_BATCH:
+                    try:
+                        await asyncio.wait_for(event.wait(), _POLL_SECONDS)
+                    except TimeoutError:
+                        pass
+
+
+def _vocab_arg(vocab: Vocabulary) -> list[str] | None:
+    return list(vocab.types) if vocab.types is not None else None
+
+
+def _copy_records(graph_id: int, nodes: list[dict[str, Any]]) -> Iterable[tuple[Any, ...]]:
+    from . import jsontext
+
+    for n in nodes:
+        yield (
+            graph_id,
+            int(n["sequence"]),
+            n["id"],
+            n["kind"],
+            n["parents"],
+            jsontext.dumps(n["payload"]),
+            n["createdAt"],
+            n.get("resourceKey"),
+        )
+
+
+def _stored(batch: list[dict[str, Any]], rows: Sequence[Any]) -> list[CausalNode]:
+    from . import jsontext
+
+    by_id = {n["id"]: n for n in batch}
+    out: list[CausalNode] = []
+    for r in rows:
+        seq, nid, created, _recorded, written, payload_text = r
+        n = by_id[nid]
+        out.append(
+            CausalNode.model_construct(
+                id=nid,
+                kind=n["kind"],
+                parents=tuple(n["parents"]),
+                payload=n["payload"] if written else jsontext.loads(payload_text),
+                created_at=created,
+                sequence=int(seq),
+                resource_key=n.get("resourceKey"),
+            )
+        )
+    return out

@@ -1,0 +1,514 @@
+-- 0001_schema: graphs, the append-only node log, edges, the frontier and resource
+-- heads (current and historical), and the triggers that keep them.
+--
+-- Why: every invariant of an AgentState graph that the database can hold is held here,
+-- whoever writes (the Python clients, the TypeScript runtime through pg, psql):
+-- append-only history, gapless per-graph sequences, parents that exist, come earlier
+-- and are sorted, resource chains that link to the key's head. Derived state (edges,
+-- frontier spans, key versions and heads) is written only by the AFTER INSERT
+-- statement trigger on nodes, set-based over the transition table, so a bulk COPY is
+-- checked and materialized in one pass.
+--
+-- Safe with live writers: yes (new schema).
+--
+-- SQLSTATEs raised (DETAIL is a JSON object):
+--   CW400 validation (detail: code, index, node_id, path, message)
+--   CW403 append-only history touched     CW404 unknown graph
+--   CW409 expected length is stale        CW410 chain conflict on a resource key
+--   CW412 import into a non-empty graph
+
+CREATE SCHEMA IF NOT EXISTS cwstore;
+
+-- ---------------------------------------------------------------------------------
+-- helpers
+-- ---------------------------------------------------------------------------------
+
+CREATE FUNCTION cwstore.infinity_seq() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 9223372036854775807::bigint $$;
+COMMENT ON FUNCTION cwstore.infinity_seq() IS
+  'The to_seq of a span that is still open (a current head).';
+
+-- The queryable jsonb copy of a payload. jsonb refuses \u0000, so the escape becomes
+-- U+FFFD here; payload_text keeps the exact text. Escaped backslash pairs are set
+-- aside first so that a literal "\\u0000" (backslash, then u0000) is left alone.
+CREATE FUNCTION cwstore.payload_jsonb(payload_text text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN strpos(payload_text, '\u0000') = 0 THEN payload_text::jsonb
+         ELSE replace(replace(replace(payload_text, '\\', E'\x01'), '\u0000', '\ufffd'),
+                      E'\x01', '\\')::jsonb END
+$$;
+COMMENT ON FUNCTION cwstore.payload_jsonb(text) IS
+  'jsonb copy of an exact payload text (U+0000 shown as U+FFFD).';
+
+-- createdAt is checked to be RFC 3339 with an explicit zone, so parsing it does not
+-- depend on the session's TimeZone or DateStyle; that is what makes IMMUTABLE true.
+CREATE FUNCTION cwstore.parse_time(created_at text) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT created_at::timestamptz $$;
+
+CREATE FUNCTION cwstore.span_box(graph_id bigint, from_seq bigint, to_seq bigint) RETURNS box
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT box(point(graph_id, from_seq), point(graph_id, to_seq::float8 - 0.5))
+$$;
+COMMENT ON FUNCTION cwstore.span_box(bigint, bigint, bigint) IS
+  'A validity span [from_seq, to_seq) of one graph as a box, so "valid at s" is a GiST lookup (no btree_gist needed).';
+
+CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT box(point(graph_id, seq), point(graph_id, seq))
+$$;
+
+CREATE FUNCTION cwstore._raise(sqlstate text, message text, detail jsonb) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, DETAIL = detail::text;
+END $$;
+
+CREATE FUNCTION cwstore._violation(code text, graph_id bigint, seq bigint, node_id text,
+                                   path text, message text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'CW400', MESSAGE = code || ': ' || message,
+    DETAIL = jsonb_build_object('code', code, 'graph_id', graph_id, 'seq', seq,
+                                'index', seq - 1, 'node_id', node_id, 'path', path,
+                                'message', message)::text;
+END $$;
+
+-- ---------------------------------------------------------------------------------
+-- tables
+-- ---------------------------------------------------------------------------------
+
+CREATE TABLE cwstore.graphs (
+  graph_id    bigint GENERATED ALWAYS AS IDENTITY,
+  name        text NOT NULL,
+  tenant      text NOT NULL DEFAULT 'default',
+  vocabulary  text[],
+  length      bigint NOT NULL DEFAULT 0,
+  created_at  timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
+  CONSTRAINT graphs_name_key UNIQUE (name),
+  CONSTRAINT graphs_length_check CHECK (length >= 0),
+  CONSTRAINT graphs_vocabulary_check CHECK (
+    vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32
+                           AND array_position(vocabulary, NULL) IS NULL))
+);
+COMMENT ON TABLE cwstore.graphs IS
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). The row is the per-graph lock of the append path.';
+
+CREATE TABLE cwstore.nodes (
+  graph_id         bigint NOT NULL,
+  seq              bigint NOT NULL,
+  id               text NOT NULL,
+  kind             text NOT NULL,
+  parents          text[] NOT NULL,
+  payload_text     text NOT NULL,
+  payload          jsonb GENERATED ALWAYS AS (cwstore.payload_jsonb(payload_text)) STORED,
+  created_at_text  text NOT NULL,
+  created_at       timestamptz GENERATED ALWAYS AS (cwstore.parse_time(created_at_text)) STORED,
+  resource_key     text,
+  recorded_at      timestamptz NOT NULL DEFAULT now(),
+  xid              xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  CONSTRAINT nodes_pkey PRIMARY KEY (graph_id, seq),
+  CONSTRAINT nodes_id_key UNIQUE (graph_id, id),
+  CONSTRAINT nodes_seq_check CHECK (seq >= 1),
+  CONSTRAINT nodes_id_check CHECK (id ~ '^cw_[0-9a-f]{24}$'),
+  CONSTRAINT nodes_kind_check CHECK (kind IN ('system', 'goal', 'inference', 'answer',
+    'tool_call', 'tool_result', 'resource', 'semantic', 'protocol_error', 'verification')),
+  CONSTRAINT nodes_created_at_check CHECK (created_at_text ~
+    '^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$'),
+  CONSTRAINT nodes_resource_key_check CHECK (resource_key <> '')
+);
+COMMENT ON TABLE cwstore.nodes IS
+  'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000); payload is a queryable jsonb copy. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid the writing transaction (for tail_all).';
+
+CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at, seq);
+CREATE INDEX nodes_key_idx ON cwstore.nodes (graph_id, resource_key, seq)
+  WHERE resource_key IS NOT NULL;
+CREATE INDEX nodes_xid_idx ON cwstore.nodes (xid, graph_id, seq);
+
+CREATE TABLE cwstore.edges (
+  graph_id    bigint NOT NULL,
+  child_seq   bigint NOT NULL,
+  position    integer NOT NULL,
+  parent_seq  bigint NOT NULL,
+  CONSTRAINT edges_pkey PRIMARY KEY (graph_id, child_seq, position),
+  CONSTRAINT edges_order_check CHECK (parent_seq < child_seq AND parent_seq >= 1)
+);
+CREATE INDEX edges_parent_idx ON cwstore.edges (graph_id, parent_seq, child_seq);
+COMMENT ON TABLE cwstore.edges IS
+  'Parent links by sequence: child''s parents[position] is parent_seq. Written by the nodes trigger only.';
+
+CREATE TABLE cwstore.frontier_spans (
+  graph_id  bigint NOT NULL,
+  head_seq  bigint NOT NULL,
+  from_seq  bigint NOT NULL,
+  ord       integer NOT NULL DEFAULT 0,
+  to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
+  CONSTRAINT frontier_spans_pkey PRIMARY KEY (graph_id, head_seq, from_seq),
+  CONSTRAINT frontier_spans_check CHECK (from_seq < to_seq AND head_seq <= from_seq)
+);
+CREATE INDEX frontier_spans_current_idx ON cwstore.frontier_spans (graph_id, head_seq)
+  WHERE to_seq = 9223372036854775807;
+CREATE INDEX frontier_spans_at_idx ON cwstore.frontier_spans
+  USING gist (cwstore.span_box(graph_id, from_seq, to_seq));
+COMMENT ON TABLE cwstore.frontier_spans IS
+  'Frontier history: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for current heads.';
+
+CREATE TABLE cwstore.frontier_declarations (
+  declaration_id  bigint GENERATED ALWAYS AS IDENTITY,
+  graph_id        bigint NOT NULL,
+  seq             bigint NOT NULL,
+  heads           text[] NOT NULL,
+  declared_at     timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT frontier_declarations_pkey PRIMARY KEY (graph_id, declaration_id)
+);
+CREATE INDEX frontier_declarations_seq_idx ON cwstore.frontier_declarations (graph_id, seq);
+COMMENT ON TABLE cwstore.frontier_declarations IS
+  'Frontiers declared by writers (an imported document''s, or one given with an append), exactly as given, at the graph length when declared.';
+
+CREATE TABLE cwstore.key_versions (
+  graph_id  bigint NOT NULL,
+  key       text NOT NULL,
+  version   integer NOT NULL,
+  node_seq  bigint NOT NULL,
+  to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
+  CONSTRAINT key_versions_pkey PRIMARY KEY (graph_id, key, version),
+  CONSTRAINT key_versions_node_key UNIQUE (graph_id, node_seq),
+  CONSTRAINT key_versions_check CHECK (node_seq < to_seq AND version >= 1)
+);
+CREATE INDEX key_versions_seq_idx ON cwstore.key_versions (graph_id, key, node_seq);
+COMMENT ON TABLE cwstore.key_versions IS
+  'Every version of every resource key (semantic keys included): version counts from 1 along the chain; the version is the head for node_seq <= s < to_seq.';
+
+CREATE TABLE cwstore.key_heads (
+  graph_id   bigint NOT NULL,
+  key        text NOT NULL,
+  head_seq   bigint NOT NULL,
+  head_id    text NOT NULL,
+  version    integer NOT NULL,
+  first_seq  bigint NOT NULL,
+  CONSTRAINT key_heads_pkey PRIMARY KEY (graph_id, key)
+);
+COMMENT ON TABLE cwstore.key_heads IS
+  'The current head of every resource key, with its version number and the sequence the key first appeared at.';
+
+-- ---------------------------------------------------------------------------------
+-- guards: history is append-only; derived tables are written by triggers only
+-- ---------------------------------------------------------------------------------
+
+CREATE FUNCTION cwstore._refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'CW403',
+    MESSAGE = format('cwstore.%s is append-only history: %s refused', TG_TABLE_NAME, TG_OP),
+    DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text;
+END $$;
+
+CREATE FUNCTION cwstore._derived_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF pg_trigger_depth() < 2 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('cwstore.%s is derived from cwstore.nodes and written by its trigger only: %s refused',
+                       TG_TABLE_NAME, TG_OP),
+      DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text;
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER nodes_append_only BEFORE UPDATE OR DELETE ON cwstore.nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER nodes_no_truncate BEFORE TRUNCATE ON cwstore.nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_append_only BEFORE UPDATE OR DELETE ON cwstore.edges
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_no_truncate BEFORE TRUNCATE ON cwstore.edges
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_derived BEFORE INSERT ON cwstore.edges
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER frontier_declarations_append_only BEFORE UPDATE OR DELETE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER frontier_declarations_no_truncate BEFORE TRUNCATE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER frontier_spans_derived BEFORE INSERT OR UPDATE OR DELETE
+  ON cwstore.frontier_spans
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER frontier_spans_no_truncate BEFORE TRUNCATE ON cwstore.frontier_spans
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER key_versions_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.key_versions
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER key_versions_no_truncate BEFORE TRUNCATE ON cwstore.key_versions
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER key_heads_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.key_heads
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER key_heads_no_truncate BEFORE TRUNCATE ON cwstore.key_heads
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER graphs_no_truncate BEFORE TRUNCATE ON cwstore.graphs
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+
+CREATE FUNCTION cwstore._graphs_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    IF OLD.length > 0 THEN
+      RAISE EXCEPTION USING ERRCODE = 'CW403',
+        MESSAGE = format('graph %L holds %s nodes of history: DELETE refused', OLD.name, OLD.length),
+        DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'DELETE', 'graph', OLD.name)::text;
+    END IF;
+    RETURN OLD;
+  END IF;
+  IF NEW.graph_id <> OLD.graph_id OR NEW.name <> OLD.name
+     OR (NEW.length <> OLD.length AND pg_trigger_depth() < 2) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('graph %L: its id, name and length are kept by cwstore: UPDATE refused', OLD.name),
+      DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
+  END IF;
+  IF NEW.vocabulary IS DISTINCT FROM OLD.vocabulary AND OLD.length > 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('graph %L holds nodes: its vocabulary cannot change', OLD.name),
+      DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER graphs_guard BEFORE UPDATE OR DELETE ON cwstore.graphs
+  FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_guard();
+
+-- ---------------------------------------------------------------------------------
+-- the nodes trigger: check and materialize a whole statement's rows at once
+-- ---------------------------------------------------------------------------------
+
+CREATE FUNCTION cwstore._chain_conflict(p_graph_id bigint, p_key text, p_seq bigint,
+                                         p_id text, p_expected text, p_parents text[])
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_name text;
+  v_linked text;
+BEGIN
+  SELECT name INTO v_name FROM cwstore.graphs WHERE graph_id = p_graph_id;
+  SELECT m.id INTO v_linked FROM cwstore.nodes m
+   WHERE m.graph_id = p_graph_id AND m.resource_key = p_key AND m.id = ANY (p_parents)
+     AND m.seq < p_seq
+   ORDER BY m.seq DESC LIMIT 1;
+  RAISE EXCEPTION USING ERRCODE = 'CW410',
+    MESSAGE = format('key %L moved on: node %s links to %s, the key''s head is %s',
+                     p_key, p_id, coalesce(v_linked, 'no version'), p_expected),
+    DETAIL = jsonb_build_object('graph', v_name, 'key', p_key, 'node_id', p_id, 'seq', p_seq,
+                                'linked_head', v_linked, 'current_head', p_expected)::text;
+END $$;
+
+CREATE FUNCTION cwstore._nodes_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+BEGIN
+  -- Gapless: each graph's new rows are exactly length+1 .. length+count.
+  SELECT n.graph_id, g.name, g.length, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
+         g.graph_id IS NULL AS missing
+    INTO r
+    FROM new_nodes n LEFT JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+   GROUP BY n.graph_id, g.graph_id, g.name, g.length
+  HAVING g.graph_id IS NULL OR min(n.seq) <> g.length + 1 OR max(n.seq) <> g.length + count(*)
+   LIMIT 1;
+  IF FOUND THEN
+    IF r.missing THEN
+      RAISE EXCEPTION USING ERRCODE = 'CW404',
+        MESSAGE = format('graph id %s does not exist', r.graph_id),
+        DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+    END IF;
+    PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+      format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+             r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+  END IF;
+
+  -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
+  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
+    INTO r
+    FROM new_nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+   WHERE n.kind = 'semantic' AND NOT (
+         jsonb_typeof(n.payload) = 'object'
+     AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
+         = ARRAY['content', 'key', 'type']
+     AND jsonb_typeof(n.payload -> 'type') = 'string'
+     AND jsonb_typeof(n.payload -> 'key') = 'string'
+     AND (n.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+     AND (n.payload ->> 'key') ~ '^[a-z0-9_./:-]{1,120}$'
+     AND n.resource_key IS NOT DISTINCT FROM
+         ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
+     AND (g.vocabulary IS NULL OR (n.payload ->> 'type') = ANY (g.vocabulary)))
+   LIMIT 1;
+  IF FOUND THEN
+    IF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+       AND r.vocabulary IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (r.vocabulary))
+       AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
+           = ARRAY['content', 'key', 'type'] THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
+    ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is malformed', r.payload ->> 'type'));
+    END IF;
+    PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
+      'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+  END IF;
+
+  -- Parents: resolve, check existence, order and uniqueness, and record the edges; then
+  -- close the frontier spans of parents and open spans for the new heads (SPEC 4's fold:
+  -- semantic nodes and parentless system nodes leave the frontier alone).
+  WITH p AS (
+    SELECT n.graph_id, n.seq AS child_seq, n.id AS child_id, u.ord::integer - 1 AS position,
+           u.pid, lag(u.pid) OVER (PARTITION BY n.graph_id, n.seq ORDER BY u.ord) AS prev_pid,
+           NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+             AS folds
+      FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS u(pid, ord)
+  ), resolved AS (
+    SELECT p.graph_id, p.child_seq, p.position, p.folds,
+           CASE
+             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p.graph_id,
+               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+               format('parent %s does not exist', p.pid))
+             WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p.graph_id,
+               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+               format('parent %s is not earlier in sequence', p.pid))
+             WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+               THEN cwstore._violation('parent_order', p.graph_id, p.child_seq, p.child_id,
+               format('$.parents[%s]', p.position),
+               'parents must be sorted ascending and listed once')
+             ELSE m.seq
+           END AS parent_seq
+      FROM p LEFT JOIN cwstore.nodes m ON m.graph_id = p.graph_id AND m.id = p.pid
+  ), ins AS (
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    SELECT graph_id, child_seq, position, parent_seq FROM resolved
+    RETURNING graph_id, child_seq, parent_seq
+  ), closes AS (
+    SELECT i.graph_id, i.parent_seq, min(i.child_seq) AS close_seq
+      FROM ins i JOIN resolved r2 ON r2.graph_id = i.graph_id AND r2.child_seq = i.child_seq
+                                 AND r2.parent_seq = i.parent_seq AND r2.folds
+     GROUP BY i.graph_id, i.parent_seq
+  ), closed AS (
+    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+      FROM closes c
+     WHERE s.graph_id = c.graph_id AND s.head_seq = c.parent_seq
+       AND s.to_seq = 9223372036854775807
+    RETURNING s.head_seq
+  )
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+  SELECT n.graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+    FROM new_nodes n LEFT JOIN closes c ON c.graph_id = n.graph_id AND c.parent_seq = n.seq
+   WHERE NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+     AND (SELECT count(*) FROM closed) >= 0;
+
+  -- Resource chains: the first new version of a key must link to the key's head, each
+  -- later one in the batch to the one before it. A node that does not is a lost race
+  -- (CW410), whoever wrote it.
+  WITH k AS (
+    SELECT k.*, h.version AS base_version, h.head_seq,
+           CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+      FROM (SELECT n.graph_id, n.resource_key AS key, n.seq, n.id, n.parents,
+                   row_number() OVER w AS rn, lag(n.id) OVER w AS prev_id,
+                   lead(n.seq) OVER w AS next_seq
+              FROM new_nodes n
+             WHERE n.resource_key IS NOT NULL
+            WINDOW w AS (PARTITION BY n.graph_id, n.resource_key ORDER BY n.seq)) k
+      LEFT JOIN cwstore.key_heads h ON h.graph_id = k.graph_id AND h.key = k.key
+  ), checked AS (
+    SELECT k.*,
+           CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                THEN coalesce(k.base_version, 0) + k.rn
+                ELSE cwstore._chain_conflict(k.graph_id, k.key, k.seq, k.id, k.expected,
+                                             k.parents)
+           END AS version
+      FROM k
+  ), ins AS (
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    SELECT graph_id, key, version, seq, coalesce(next_seq, cwstore.infinity_seq())
+      FROM checked
+    RETURNING 1
+  ), upd AS (
+    UPDATE cwstore.key_versions v SET to_seq = c.seq
+      FROM checked c
+     WHERE c.rn = 1 AND c.head_seq IS NOT NULL
+       AND v.graph_id = c.graph_id AND v.key = c.key AND v.version = c.base_version
+    RETURNING 1
+  )
+  INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+  SELECT graph_id, key, seq, id, version, seq
+    FROM checked WHERE next_seq IS NULL
+  ON CONFLICT (graph_id, key) DO UPDATE
+    SET head_seq = excluded.head_seq, head_id = excluded.head_id, version = excluded.version;
+
+  UPDATE cwstore.graphs g SET length = x.hi
+    FROM (SELECT graph_id, max(seq) AS hi FROM new_nodes GROUP BY graph_id) x
+   WHERE g.graph_id = x.graph_id;
+
+  PERFORM pg_notify('cwstore', graph_id::text || ':' || max(seq)::text)
+     FROM new_nodes GROUP BY graph_id;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER nodes_inserted AFTER INSERT ON cwstore.nodes
+  REFERENCING NEW TABLE AS new_nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted();
+
+-- ---------------------------------------------------------------------------------
+-- declared frontiers
+-- ---------------------------------------------------------------------------------
+
+CREATE FUNCTION cwstore._frontier_declared() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  g_length bigint;
+  g_name text;
+  current_heads text[];
+  missing text;
+  seqs bigint[];
+BEGIN
+  SELECT length, name INTO g_length, g_name FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
+  END IF;
+  IF NEW.seq <> g_length THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      format('a frontier is declared at the graph''s length %s, not at %s', g_length, NEW.seq));
+  END IF;
+  IF array_position(NEW.heads, NULL) IS NOT NULL
+     OR cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      'frontier lists an id twice (or null)');
+  END IF;
+
+  SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)
+    INTO seqs, missing
+    FROM unnest(NEW.heads) WITH ORDINALITY AS u(h, ord)
+    LEFT JOIN cwstore.nodes n ON n.graph_id = NEW.graph_id AND n.id = u.h;
+  IF missing IS NOT NULL THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, missing, '$.frontier',
+      format('frontier references missing node %s', missing));
+  END IF;
+
+  SELECT array_agg(n.id ORDER BY s.from_seq, s.ord) INTO current_heads
+    FROM cwstore.frontier_spans s
+    JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+   WHERE s.graph_id = NEW.graph_id AND s.to_seq = 9223372036854775807;
+  IF coalesce(current_heads, '{}') = NEW.heads THEN
+    RETURN NULL;
+  END IF;
+
+  DELETE FROM cwstore.frontier_spans
+   WHERE graph_id = NEW.graph_id AND to_seq = 9223372036854775807 AND from_seq = NEW.seq;
+  UPDATE cwstore.frontier_spans SET to_seq = NEW.seq
+   WHERE graph_id = NEW.graph_id AND to_seq = 9223372036854775807;
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)
+  SELECT NEW.graph_id, s, NEW.seq, o::integer - 1
+    FROM unnest(seqs) WITH ORDINALITY AS u(s, o);
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER frontier_declared AFTER INSERT ON cwstore.frontier_declarations
+  FOR EACH ROW EXECUTE FUNCTION cwstore._frontier_declared();

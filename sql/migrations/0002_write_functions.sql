@@ -1,0 +1,197 @@
+-- 0002_write_functions: the write API as SQL functions, so every client (asyncpg,
+-- psycopg, psql, the TypeScript runtime through pg) meets the same rules and errors.
+--
+-- Why: the append path locks the graph's counter row, numbers the batch from its
+-- length and inserts in one statement; the nodes trigger (0001) checks and
+-- materializes. One round trip, no session state (works behind a transaction-mode
+-- pooler). Functions are versioned (_v1) so a new signature can live beside the old.
+--
+-- Safe with live writers: yes (new functions only).
+
+-- ensure_graph_v1(graph, vocabulary) -> graph_id
+--   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock.
+CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  IF p_graph IS NULL OR p_graph = '' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+                               'a graph name must be a non-empty string');
+  END IF;
+  SELECT graph_id INTO v_id FROM cwstore.graphs WHERE name = p_graph;
+  IF NOT FOUND THEN
+    INSERT INTO cwstore.graphs (name, vocabulary) VALUES (p_graph, p_vocabulary)
+    ON CONFLICT (name) DO NOTHING RETURNING graph_id INTO v_id;
+    IF v_id IS NULL THEN
+      SELECT graph_id INTO v_id FROM cwstore.graphs WHERE name = p_graph;
+    END IF;
+  END IF;
+  RETURN v_id;
+END $$;
+COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
+  'Create a graph if it does not exist (vocabulary NULL = dynamic); returns its graph_id.';
+
+-- begin_import_v1(graph, vocabulary) -> graph_id
+--   Locks the graph row for the rest of the transaction. Raises CW412 when the graph
+--   already holds nodes. Sets the vocabulary.
+CREATE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_id bigint;
+  v_len bigint;
+BEGIN
+  PERFORM cwstore.ensure_graph_v1(p_graph, p_vocabulary);
+  SELECT graph_id, length INTO v_id, v_len FROM cwstore.graphs WHERE name = p_graph FOR UPDATE;
+  IF v_len > 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW412',
+      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
+      DETAIL = jsonb_build_object('graph', p_graph, 'length', v_len)::text;
+  END IF;
+  UPDATE cwstore.graphs SET vocabulary = p_vocabulary
+   WHERE graph_id = v_id AND vocabulary IS DISTINCT FROM p_vocabulary;
+  RETURN v_id;
+END $$;
+COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
+  'Start importing into an empty graph: create or lock it; CW412 if it holds nodes. COPY rows into cwstore.nodes next, then declare_frontier_v1.';
+
+-- declare_frontier_v1(graph_id, heads) : the frontier after the graph's last node, as
+-- given and in its order. CW400 frontier_reference for unknown or repeated ids.
+CREATE FUNCTION cwstore.declare_frontier_v1(p_graph_id bigint, p_heads text[])
+RETURNS void LANGUAGE sql AS $$
+  INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+  SELECT p_graph_id, g.length, coalesce(p_heads, '{}') FROM cwstore.graphs g
+   WHERE g.graph_id = p_graph_id;
+$$;
+
+-- append_v1(graph, nodes, expected_length, frontier)
+--   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
+--   resourceKey?} (sequence is assigned here; one given is ignored). Send compact JSON:
+--   payload text is stored exactly as received.
+--   expected_length: NULL, or the length the writer last saw (CW409 when stale).
+--   frontier: NULL (the fold applies) or a JSON array of ids, the frontier after
+--   the batch.
+--   Nodes whose id the graph already holds are returned as stored and not written
+--   (idempotent retries); if every node exists, expected_length is not checked.
+--   Locks: the graph row (FOR UPDATE) until commit; nothing else.
+--   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
+CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+                                  p_expected_length bigint DEFAULT NULL,
+                                  p_frontier json DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
+               payload_text text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_graph_id bigint;
+  v_len bigint;
+  v_new bigint;
+  v_bad record;
+  v_heads text[];
+BEGIN
+  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
+                               'nodes must be a JSON array of node objects');
+  END IF;
+  IF p_frontier IS NOT NULL THEN
+    IF json_typeof(p_frontier) <> 'array'
+       OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
+    THEN
+      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
+                                 'frontier must be a JSON array of node ids');
+    END IF;
+    v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
+  END IF;
+
+  SELECT o - 1 AS idx, e ->> 'id' AS nid,
+         CASE
+           WHEN json_typeof(e) <> 'object' THEN 'node must be a JSON object'
+           WHEN EXISTS (SELECT 1 FROM json_object_keys(e) k
+                         WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
+                                         'sequence', 'resourceKey'))
+             THEN 'unknown node field'
+           WHEN json_typeof(e -> 'id') IS DISTINCT FROM 'string' THEN 'id must be a string'
+           WHEN json_typeof(e -> 'kind') IS DISTINCT FROM 'string' THEN 'kind must be a string'
+           WHEN json_typeof(e -> 'parents') IS DISTINCT FROM 'array' THEN 'parents must be an array'
+           WHEN EXISTS (SELECT 1 FROM json_array_elements(e -> 'parents') pe
+                         WHERE json_typeof(pe) <> 'string') THEN 'parents must be string ids'
+           WHEN e -> 'payload' IS NULL THEN 'payload is missing'
+           WHEN json_typeof(e -> 'createdAt') IS DISTINCT FROM 'string' THEN 'createdAt must be a string'
+           WHEN e -> 'resourceKey' IS NOT NULL AND json_typeof(e -> 'resourceKey') <> 'string'
+             THEN 'resourceKey must be a string when present'
+         END AS problem
+    INTO v_bad
+    FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+   WHERE json_typeof(e) <> 'object'
+      OR json_typeof(e -> 'id') IS DISTINCT FROM 'string'
+      OR json_typeof(e -> 'kind') IS DISTINCT FROM 'string'
+      OR json_typeof(e -> 'parents') IS DISTINCT FROM 'array'
+      OR e -> 'payload' IS NULL
+      OR json_typeof(e -> 'createdAt') IS DISTINCT FROM 'string'
+      OR (e -> 'resourceKey' IS NOT NULL AND json_typeof(e -> 'resourceKey') <> 'string')
+      OR EXISTS (SELECT 1 FROM json_object_keys(e) k
+                  WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
+                                  'sequence', 'resourceKey'))
+      OR EXISTS (SELECT 1 FROM json_array_elements(e -> 'parents') pe
+                  WHERE json_typeof(pe) <> 'string')
+   ORDER BY o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('shape', NULL, v_bad.idx + 1, v_bad.nid,
+                               format('$[%s]', v_bad.idx), v_bad.problem);
+  END IF;
+
+  -- The counter row: lock it (create the graph on first use). Held until commit.
+  SELECT g.graph_id, g.length INTO v_graph_id, v_len
+    FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM cwstore.ensure_graph_v1(p_graph);
+    SELECT g.graph_id, g.length INTO v_graph_id, v_len
+      FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
+  END IF;
+
+  WITH batch AS (
+    SELECT DISTINCT ON (e ->> 'id') o, e
+      FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+     ORDER BY e ->> 'id', o
+  ), fresh AS (
+    SELECT b.o, b.e FROM batch b
+     WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
+                        WHERE n.graph_id = v_graph_id AND n.id = b.e ->> 'id')
+  )
+  SELECT count(*) INTO v_new FROM fresh;
+
+  IF v_new > 0 AND p_expected_length IS NOT NULL AND p_expected_length <> v_len THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW409',
+      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
+                       p_expected_length),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
+                                  'actual_length', v_len)::text;
+  END IF;
+
+  IF v_new > 0 THEN
+    INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
+                               created_at_text, resource_key)
+    SELECT v_graph_id, v_len + row_number() OVER (ORDER BY f.o), f.e ->> 'id', f.e ->> 'kind',
+           ARRAY(SELECT json_array_elements_text(f.e -> 'parents')),
+           (f.e -> 'payload')::text, f.e ->> 'createdAt', f.e ->> 'resourceKey'
+      FROM (SELECT DISTINCT ON (e ->> 'id') o, e
+              FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+             ORDER BY e ->> 'id', o) f
+     WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
+                        WHERE n.graph_id = v_graph_id AND n.id = f.e ->> 'id')
+     ORDER BY f.o;
+  END IF;
+
+  IF v_heads IS NOT NULL THEN
+    INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+    VALUES (v_graph_id, v_len + v_new, v_heads);
+  END IF;
+
+  RETURN QUERY
+  SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
+         CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END
+    FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = a.e ->> 'id'
+   ORDER BY a.o;
+END $$;
+COMMENT ON FUNCTION cwstore.append_v1(text, json, bigint, json) IS
+  'Append a batch of runtime nodes to a graph (created on first use), optionally declaring the frontier after it. Idempotent by id. Returns each node''s sequence, whether this call wrote it, and for nodes it did not write the stored createdAt and payload.';

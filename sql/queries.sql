@@ -1,0 +1,81 @@
+-- Runtime queries of the Python clients, one per "-- name:" marker. Placeholders are
+-- $1, $2, ... for every driver. Writes go through the SQL functions of the migrations.
+
+-- name: graph_get
+-- A graph's id, length and vocabulary (NULL = dynamic).
+SELECT graph_id, length, vocabulary FROM cwstore.graphs WHERE name = $1
+
+-- name: graphs_list
+-- Every graph with its length.
+SELECT name, length, vocabulary, created_at FROM cwstore.graphs ORDER BY name
+
+-- name: begin_import
+-- Create or lock an empty graph for import (CW412 if it holds nodes).
+SELECT cwstore.begin_import_v1($1, $2::text[])
+
+-- name: declare_frontier
+-- Declare the frontier after the graph's last node.
+SELECT cwstore.declare_frontier_v1($1, $2::text[])
+
+-- name: append
+-- Append a batch (JSON array of runtime nodes), optionally with the frontier after it.
+SELECT seq, id, created_at, recorded_at, written, payload_text
+  FROM cwstore.append_v1($1, $2::json, $3, $4::json)
+
+-- name: export_nodes
+-- Nodes 1..$2 of graph $1 as the runtime's JSON text, fields in the runtime's order.
+SELECT '{"id":"' || id || '","kind":"' || kind || '","parents":' || array_to_json(parents)::text
+       || ',"payload":' || payload_text || ',"createdAt":' || to_json(created_at_text)::text
+       || ',"sequence":' || seq
+       || CASE WHEN resource_key IS NULL THEN '' ELSE ',"resourceKey":' || to_json(resource_key)::text END
+       || '}'
+  FROM cwstore.nodes WHERE graph_id = $1 AND seq <= $2 ORDER BY seq
+
+-- name: node_rows
+-- Nodes with $2 < seq <= $3 of graph $1, in order.
+SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
+  FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq
+
+-- name: frontier_at
+-- The frontier of graph $1 after sequence $2 (GiST lookup over the spans).
+SELECT n.id
+  FROM cwstore.frontier_spans s
+  JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+ WHERE cwstore.span_box(s.graph_id, s.from_seq, s.to_seq) @> cwstore.at_box($1, $2)
+ ORDER BY s.from_seq, s.ord
+
+-- name: frontier_now
+-- The current frontier of graph $1.
+SELECT n.id
+  FROM cwstore.frontier_spans s
+  JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+ WHERE s.graph_id = $1 AND s.to_seq = 9223372036854775807
+ ORDER BY s.from_seq, s.ord
+
+-- name: seq_at_time
+-- The last sequence of graph $1 whose createdAt <= $2 (0 if none).
+SELECT coalesce(max(seq), 0) FROM cwstore.nodes WHERE graph_id = $1 AND created_at <= $2
+
+-- name: first_mismatch
+-- The first position (1-based) where the stored ids differ from $2, or none.
+SELECT u.ord
+  FROM unnest($2::text[]) WITH ORDINALITY AS u(id, ord)
+  LEFT JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = u.ord
+ WHERE n.id IS DISTINCT FROM u.id
+ ORDER BY u.ord LIMIT 1
+
+-- name: tail_graph
+-- Up to $3 nodes of graph $1 after sequence $2, in order.
+SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
+  FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+
+-- name: tail_all
+-- Up to $4 nodes of every graph after cursor ($1 xid, $2 graph, $3 seq), only from
+-- transactions older than every running one, so none can commit behind the cursor.
+SELECT n.xid::text, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text,
+       n.created_at_text, n.resource_key
+  FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+ WHERE (n.xid, n.graph_id, n.seq) > ($1::text::xid8, $2, $3)
+   AND n.xid < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY n.xid, n.graph_id, n.seq
+ LIMIT $4
