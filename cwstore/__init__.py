@@ -20,12 +20,23 @@ from .errors import (
 from .identity import canonical_json, compute_id
 from .model import KINDS, AgentState, CausalNode
 from .rules import Vocabulary, fold_frontier, validate
+from ._store_base import Cursor, DivergedError, GraphInfo, TailItem
+from .store import Store, connect_sync
+from .store_async import AsyncStore, connect
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KINDS",
     "AgentState",
+    "AsyncStore",
+    "Cursor",
+    "DivergedError",
+    "GraphInfo",
+    "Store",
+    "TailItem",
+    "connect",
+    "connect_sync",
     "CausalNode",
     "ChainConflictError",
     "ConflictError",

@@ -19,6 +19,7 @@ from .errors import (
     ConflictError,
     Error,
     InputError,
+    LengthConflictError,
     ValidationError,
     Violation,
     from_sqlstate,
@@ -41,6 +42,7 @@ __all__ = [
     "PreparedBatch",
     "TailItem",
     "as_document",
+    "check_save",
     "export_text",
     "js_now",
     "map_constraint",
@@ -48,6 +50,7 @@ __all__ = [
     "prepare_batch",
     "q",
     "resolve_dsn",
+    "stored_nodes",
 ]
 
 _Q = queries()
@@ -248,6 +251,24 @@ def prepare_batch(
     )
 
 
+def check_save(
+    graph: str, doc: dict[str, Any], stored: int, expected_length: int | None
+) -> int:
+    """The checks of ``save`` that need only lengths; returns the stored length.
+
+    Raises :class:`LengthConflictError` for a stale ``expected_length`` and
+    :class:`DivergedError` when the stored graph is longer than the state.
+    """
+    stored = int(stored)
+    if expected_length is not None and expected_length != stored:
+        raise LengthConflictError(
+            graph=graph, expected_length=expected_length, actual_length=stored
+        )
+    if stored > len(doc["nodes"]):
+        raise DivergedError(graph=graph, position=len(doc["nodes"]) + 1, stored_length=stored)
+    return stored
+
+
 def node_from_row(
     seq: int,
     node_id: str,
@@ -267,6 +288,30 @@ def node_from_row(
         sequence=int(seq),
         resource_key=resource_key,
     )
+
+
+def stored_nodes(batch: list[dict[str, Any]], rows: Sequence[Any]) -> list[CausalNode]:
+    """The nodes ``append_v1`` returned, as stored.
+
+    A node this call wrote is the one sent; one the graph already held comes back with
+    its stored ``createdAt`` and payload text (identity does not cover member order).
+    """
+    by_id = {n["id"]: n for n in batch}
+    out: list[CausalNode] = []
+    for seq, nid, created, _recorded, written, payload_text in rows:
+        n = by_id[nid]
+        out.append(
+            CausalNode.model_construct(
+                id=nid,
+                kind=n["kind"],
+                parents=tuple(n["parents"]),
+                payload=n["payload"] if written else jsontext.loads(payload_text),
+                created_at=created,
+                sequence=int(seq),
+                resource_key=n.get("resourceKey"),
+            )
+        )
+    return out
 
 
 def export_text(node_texts: Iterable[str], frontier: Sequence[str]) -> str:

@@ -21,19 +21,21 @@ from typing import Any, Self
 
 import asyncpg
 
-from . import migrate
+from . import jsontext, migrate
 from ._store_base import (
     Cursor,
     DivergedError,
     GraphInfo,
     TailItem,
     as_document,
+    check_save,
     export_text,
     map_constraint,
     node_from_row,
     prepare_batch,
     q,
     resolve_dsn,
+    stored_nodes,
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError
 from .model import AgentState, CausalNode
@@ -252,7 +254,7 @@ class AsyncStore:
             rows = await conn.fetch(
                 q("append"), graph, batch.json, expected_length, batch.frontier_json
             )
-        return _stored(batch.nodes, rows)
+        return stored_nodes(batch.nodes, rows)
 
     async def save(
         self, graph: str, state: Any, *, expected_length: int | None = None
@@ -268,33 +270,25 @@ class AsyncStore:
         nodes = doc["nodes"]
         async with self._conn() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
-            stored = int(row["length"]) if row else 0
-            if expected_length is not None and expected_length != stored:
-                from .errors import LengthConflictError
-
-                raise LengthConflictError(graph=graph, expected_length=expected_length,
-                                          actual_length=stored)
-            if stored > len(nodes):
-                raise DivergedError(graph=graph, position=len(nodes) + 1, stored_length=stored)
+            stored = check_save(graph, doc, row["length"] if row else 0, expected_length)
             if stored:
                 bad = await conn.fetchval(
                     q("first_mismatch"), row["graph_id"], [n["id"] for n in nodes[:stored]]
                 )
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
-            new = nodes[stored:]
-            if not new:
-                current = [r[0] for r in await conn.fetch(q("frontier_now"), row["graph_id"])] \
-                    if row else []
-                if current == list(doc["frontier"]):
-                    return []
-        if not new:
-            await self.append(graph, nodes[-1:], frontier=doc["frontier"])
+                if stored == len(nodes):
+                    current = [r[0] for r in await conn.fetch(q("frontier_now"), row["graph_id"])]
+                    if current == list(doc["frontier"]):
+                        return []
+        if not nodes:
             return []
-        stored_nodes = await self.append(
+        # With nothing new, re-sending the last node writes nothing but declares the frontier.
+        new = nodes[stored:] or nodes[-1:]
+        written = await self.append(
             graph, new, expected_length=stored, frontier=doc["frontier"]
         )
-        return [n for n in stored_nodes if n.sequence > stored]
+        return [n for n in written if n.sequence > stored]
 
     async def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's
@@ -380,8 +374,6 @@ def _vocab_arg(vocab: Vocabulary) -> list[str] | None:
 
 
 def _copy_records(graph_id: int, nodes: list[dict[str, Any]]) -> Iterable[tuple[Any, ...]]:
-    from . import jsontext
-
     for n in nodes:
         yield (
             graph_id,
@@ -393,25 +385,3 @@ def _copy_records(graph_id: int, nodes: list[dict[str, Any]]) -> Iterable[tuple[
             n["createdAt"],
             n.get("resourceKey"),
         )
-
-
-def _stored(batch: list[dict[str, Any]], rows: Sequence[Any]) -> list[CausalNode]:
-    from . import jsontext
-
-    by_id = {n["id"]: n for n in batch}
-    out: list[CausalNode] = []
-    for r in rows:
-        seq, nid, created, _recorded, written, payload_text = r
-        n = by_id[nid]
-        out.append(
-            CausalNode.model_construct(
-                id=nid,
-                kind=n["kind"],
-                parents=tuple(n["parents"]),
-                payload=n["payload"] if written else jsontext.loads(payload_text),
-                created_at=created,
-                sequence=int(seq),
-                resource_key=n.get("resourceKey"),
-            )
-        )
-    return out

@@ -1,0 +1,192 @@
+"""Find and read cwstore's SQL files: the numbered migrations and the named queries.
+
+The SQL lives at the repository's top level (``sql/``) so that reviewers and psql users
+find it; the wheel carries the same directory inside the package as ``cwstore/sql``
+(see ``[tool.hatch.build.targets.wheel.force-include]`` in ``pyproject.toml``). Reading
+goes through :mod:`importlib.resources`, so it works from a wheel, a zip or a checkout.
+
+Two kinds of file:
+
+``sql/migrations/NNNN_short_description.sql``
+    Four digits, counted from 0001 with no gaps, words in lower case joined by
+    underscores. :func:`migrations` returns them in order and refuses a gap, a
+    duplicate number or a badly named ``.sql`` file (two branches adding the same
+    number look like that).
+
+``sql/queries.sql``
+    Runtime queries, each under a marker line ``-- name: query_name``; a one-line
+    ``--`` description may follow the marker. :func:`queries` returns
+    ``{name: text}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import LiteralString
+
+from cwstore.errors import Error, MigrationError
+
+__all__ = ["Migration", "migrations", "queries", "sql_dir"]
+
+_MIGRATION_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
+_QUERY_MARKER = re.compile(r"^--\s*name:\s*(?P<name>\S+)\s*$")
+_QUERY_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One migration file.
+
+    ``version`` is its number, ``name`` the words after it (``0001_schema.sql`` gives
+    ``1`` and ``"schema"``), ``sql`` the whole file and ``sha256`` the hex digest of
+    its bytes, recorded in ``cwstore.schema_migrations`` when it is applied.
+    """
+
+    version: int
+    name: str
+    sql: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        """The file's name, e.g. ``0001_schema.sql``."""
+        return f"{self.version:04d}_{self.name}.sql"
+
+    @classmethod
+    def from_text(cls, version: int, name: str, sql: str) -> Migration:
+        """Build a migration from its text (tests use this for scratch migrations)."""
+        return cls(version, name, sql, hashlib.sha256(sql.encode("utf-8")).hexdigest())
+
+
+def sql_dir() -> Traversable:
+    """Return the directory holding ``migrations/`` and ``queries.sql``.
+
+    From an installed wheel that is ``cwstore/sql`` inside the package; from a checkout
+    (an editable install, or tests run from the repository) it is the top-level
+    ``sql/`` beside the ``cwstore`` package.
+    """
+    packaged = resources.files("cwstore") / "sql"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "sql"
+
+
+def migrations(directory: Traversable | None = None) -> list[Migration]:
+    """Read every migration, in version order.
+
+    Parameters
+    ----------
+    directory:
+        The SQL directory to read (``<directory>/migrations/*.sql``); defaults to
+        :func:`sql_dir`. A missing ``migrations`` folder means no migrations.
+
+    Returns
+    -------
+    list[Migration]
+        Sorted by version; the versions are exactly ``1 .. len(result)``.
+
+    Raises
+    ------
+    MigrationError
+        A ``.sql`` file is not named ``NNNN_short_description.sql``, two files share a
+        number, or a number is missing (``version`` names the offending number).
+    """
+    folder = (directory if directory is not None else sql_dir()) / "migrations"
+    if not folder.is_dir():
+        return []
+    found: dict[int, Migration] = {}
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".sql") or not entry.is_file():
+            continue
+        match = _MIGRATION_FILE.match(entry.name)
+        if match is None:
+            raise MigrationError(
+                f"migration file {entry.name!r} is not named NNNN_short_description.sql "
+                "(four digits, lower-case words joined by underscores)"
+            )
+        version = int(match["version"])
+        if version in found:
+            raise MigrationError(
+                f"two migration files share number {version:04d}: "
+                f"{found[version].filename!r} and {entry.name!r}",
+                version,
+            )
+        data = entry.read_bytes()
+        found[version] = Migration(
+            version=version,
+            name=match["name"],
+            sql=data.decode("utf-8"),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+    ordered = [found[v] for v in sorted(found)]
+    for expected, migration in enumerate(ordered, start=1):
+        if migration.version != expected:
+            raise MigrationError(
+                f"migration {expected:04d} is missing: the files go on with "
+                f"{migration.filename!r} (numbers start at 0001 and leave no gaps)",
+                expected,
+            )
+    return ordered
+
+
+def queries(directory: Traversable | None = None) -> dict[str, LiteralString]:
+    """Read ``queries.sql`` into ``{name: sql}``.
+
+    Each query runs from its ``-- name: query_name`` marker to the next marker; the
+    text keeps the optional description comment and loses surrounding blank lines.
+    Comment lines before the first marker are the file's header and are skipped.
+
+    Parameters
+    ----------
+    directory:
+        The SQL directory to read; defaults to :func:`sql_dir`.
+
+    Returns
+    -------
+    dict[str, LiteralString]
+        In file order; empty when ``queries.sql`` does not exist.
+
+    Raises
+    ------
+    cwstore.errors.Error
+        SQL before the first marker, a badly formed or repeated name, or an empty query.
+    """
+    path = (directory if directory is not None else sql_dir()) / "queries.sql"
+    if not path.is_file():
+        return {}
+    result: dict[str, LiteralString] = {}
+    name: str | None = None
+    body: list[str] = []
+
+    def finish() -> None:
+        if name is None:
+            if any(ln.strip() and not ln.lstrip().startswith("--") for ln in body):
+                raise Error("queries.sql: text before the first '-- name:' marker")
+            return
+        text = "\n".join(body).strip()
+        if not text:
+            raise Error(f"queries.sql: query {name!r} is empty")
+        # Typed LiteralString although read from a file: the file ships inside the
+        # package, so it is as trustworthy as a literal in the source, which is what
+        # the drivers' LiteralString guard is about (caller input never gets here).
+        result[name] = text
+
+    for line in path.read_text(encoding="utf-8").splitlines():
+        marker = _QUERY_MARKER.match(line)
+        if marker is None:
+            body.append(line)
+            continue
+        finish()
+        name = marker["name"]
+        if not _QUERY_NAME.match(name):
+            raise Error(f"queries.sql: bad query name {name!r} (use lower_snake_case)")
+        if name in result:
+            raise Error(f"queries.sql: query {name!r} is defined twice")
+        body = []
+    finish()
+    return result

@@ -1,0 +1,314 @@
+"""Store: the synchronous twin of :class:`~cwstore.store_async.AsyncStore` (psycopg 3).
+
+Same methods, same names, same rules (they live in SQL and in
+:mod:`cwstore._store_base`); a unit test compares the two public method sets. It runs
+on a psycopg connection pool with ``RawCursor`` so the same ``$1`` query texts serve
+both drivers.
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from . import jsontext, migrate
+from ._store_base import (
+    Cursor,
+    DivergedError,
+    GraphInfo,
+    TailItem,
+    as_document,
+    check_save,
+    export_text,
+    map_constraint,
+    node_from_row,
+    prepare_batch,
+    q,
+    resolve_dsn,
+    stored_nodes,
+)
+from .errors import DatabaseError, Error, InputError, UnknownGraphError
+from .model import AgentState, CausalNode
+from .rules import Vocabulary
+
+__all__ = ["Store", "connect_sync"]
+
+_COPY_SQL = (
+    "COPY cwstore.nodes (graph_id, seq, id, kind, parents, payload_text, created_at_text,"
+    " resource_key) FROM STDIN"
+)
+_TAIL_BATCH = 1000
+_POLL_SECONDS = 1.0
+Conn = psycopg.Connection[TupleRow]
+
+
+def connect_sync(
+    dsn: str | None = None,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    migrate_schema: bool = True,
+) -> Store:
+    """Open a :class:`Store` (see :func:`cwstore.connect` for the arguments)."""
+    real = resolve_dsn(dsn)
+    try:
+        if migrate_schema:
+            with psycopg.connect(real, autocommit=True) as conn:
+                migrate.apply_migrations_sync(conn)
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            real,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "cursor_factory": psycopg.RawCursor},
+            open=True,
+        )
+        pool.wait()
+    except (psycopg.Error, OSError) as exc:
+        raise _wrap(exc) from exc
+    return Store(pool, real)
+
+
+def _wrap(exc: BaseException, batch_ids: Sequence[str] = ()) -> Error:
+    if isinstance(exc, Error):
+        return exc
+    if isinstance(exc, psycopg.Error) and exc.diag.sqlstate:
+        d = exc.diag
+        return map_constraint(
+            d.sqlstate, d.message_primary or str(exc), d.message_detail, d.constraint_name,
+            batch_ids,
+        )
+    return DatabaseError(f"{type(exc).__name__}: {exc}")
+
+
+_DB_ERRORS = (psycopg.Error, OSError)
+
+
+class Store:
+    """The sync client of one cwstore database. Use :func:`connect_sync` to make one."""
+
+    def __init__(self, pool: ConnectionPool[Conn], dsn: str) -> None:
+        self._pool = pool
+        self.dsn = dsn
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection of the pool."""
+        self._pool.close()
+
+    @contextmanager
+    def _conn(self, batch_ids: Sequence[str] = ()) -> Iterator[Conn]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except _DB_ERRORS as exc:
+            raise _wrap(exc, batch_ids) from exc
+
+    @staticmethod
+    def _one(conn: Conn, sql: Any, *args: Any) -> Any:
+        row = conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    def _graph(self, conn: Conn, graph: str) -> tuple[Any, ...]:
+        row = conn.execute(q("graph_get"), (graph,)).fetchone()
+        if row is None:
+            raise UnknownGraphError(graph=graph)
+        return row
+
+    # --- graphs ------------------------------------------------------------------------
+
+    def graphs(self) -> list[GraphInfo]:
+        """Every graph with its length and vocabulary."""
+        with self._conn() as conn:
+            rows = conn.execute(q("graphs_list")).fetchall()
+        return [GraphInfo(r[0], r[1], tuple(r[2]) if r[2] else None, r[3]) for r in rows]
+
+    def length(self, graph: str) -> int:
+        """How many nodes the graph holds. Raises :class:`UnknownGraphError`."""
+        with self._conn() as conn:
+            return int(self._graph(conn, graph)[1])
+
+    # --- import and replay ---------------------------------------------------------------
+
+    def import_state(self, graph: str, state: Any, *, vocabulary: Vocabulary | None = None) -> int:
+        """Import a whole AgentState into an empty graph (see the async twin)."""
+        vocab = vocabulary or Vocabulary.dynamic()
+        doc = as_document(state, vocab)
+        nodes = doc["nodes"]
+        with self._conn() as conn, conn.transaction():
+            graph_id = self._one(
+                conn, q("begin_import"), graph, list(vocab.types) if vocab.types else None
+            )
+            if nodes:
+                with conn.cursor().copy(_COPY_SQL) as copy:
+                    for n in nodes:
+                        copy.write_row((
+                            graph_id, int(n["sequence"]), n["id"], n["kind"], n["parents"],
+                            jsontext.dumps(n["payload"]), n["createdAt"], n.get("resourceKey"),
+                        ))
+            conn.execute(q("declare_frontier"), (graph_id, list(doc["frontier"])))
+        return len(nodes)
+
+    def _prefix(self, conn: Conn, graph: str, as_of: int | datetime | None) -> tuple[int, int]:
+        g = self._graph(conn, graph)
+        graph_id, length = int(g[0]), int(g[1])
+        if as_of is None:
+            return graph_id, length
+        if isinstance(as_of, datetime):
+            if as_of.tzinfo is None:
+                raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
+            return graph_id, int(self._one(conn, q("seq_at_time"), graph_id, as_of))
+        if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
+            raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
+        if as_of > length:
+            raise InputError(f"graph {graph!r} has {length} nodes; cannot read as of {as_of}")
+        return graph_id, as_of
+
+    def _frontier_at(self, conn: Conn, graph_id: int, seq: int) -> list[str]:
+        if seq == 0:
+            return []
+        return [r[0] for r in conn.execute(q("frontier_at"), (graph_id, seq)).fetchall()]
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Conn]:
+        with self._conn() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
+    def export_json(self, graph: str, as_of: int | datetime | None = None) -> str:
+        """The graph or a prefix as AgentState v1 JSON text (see the async twin)."""
+        with self._snapshot() as conn:
+            graph_id, seq = self._prefix(conn, graph, as_of)
+            texts = [r[0] for r in conn.execute(q("export_nodes"), (graph_id, seq)).fetchall()]
+            frontier = self._frontier_at(conn, graph_id, seq)
+        return export_text(texts, frontier)
+
+    def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
+        """The graph or a prefix as an :class:`AgentState` the runtime loads."""
+        with self._snapshot() as conn:
+            graph_id, seq = self._prefix(conn, graph, as_of)
+            rows = conn.execute(q("node_rows"), (graph_id, 0, seq)).fetchall()
+            frontier = self._frontier_at(conn, graph_id, seq)
+        return AgentState.model_construct(
+            version=1, nodes=tuple(node_from_row(*r) for r in rows), frontier=tuple(frontier)
+        )
+
+    # --- live writes ---------------------------------------------------------------------
+
+    def append(
+        self,
+        graph: str,
+        nodes: Iterable[Any],
+        *,
+        expected_length: int | None = None,
+        frontier: Sequence[str] | None = None,
+    ) -> list[CausalNode]:
+        """Append a batch of nodes; returns them as stored (see the async twin)."""
+        batch = prepare_batch(nodes, frontier)
+        ids = [n.get("id", "") for n in batch.nodes]
+        with self._conn(ids) as conn:
+            rows = conn.execute(
+                q("append"), (graph, batch.json, expected_length, batch.frontier_json)
+            ).fetchall()
+        return stored_nodes(batch.nodes, rows)
+
+    def save(self, graph: str, state: Any, *, expected_length: int | None = None) -> list[CausalNode]:
+        """Persist a whole state, appending only what is new (see the async twin)."""
+        doc = as_document(state)
+        nodes = doc["nodes"]
+        with self._conn() as conn:
+            row = conn.execute(q("graph_get"), (graph,)).fetchone()
+            stored = check_save(graph, doc, row[1] if row else 0, expected_length)
+            if stored and row is not None:
+                bad = self._one(conn, q("first_mismatch"), row[0],
+                                [n["id"] for n in nodes[:stored]])
+                if bad is not None:
+                    raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
+                if stored == len(nodes):
+                    current = [r[0] for r in conn.execute(q("frontier_now"), (row[0],))]
+                    if current == list(doc["frontier"]):
+                        return []
+        if not nodes:
+            return []
+        new = nodes[stored:] or nodes[-1:]
+        written = self.append(graph, new, expected_length=stored, frontier=doc["frontier"])
+        return [n for n in written if n.sequence > stored]
+
+    def frontier(self, graph: str) -> list[str]:
+        """The current frontier, heads in the order they joined."""
+        with self._conn() as conn:
+            g = self._graph(conn, graph)
+            return [r[0] for r in conn.execute(q("frontier_now"), (g[0],)).fetchall()]
+
+    # --- following -------------------------------------------------------------------------
+
+    @contextmanager
+    def _listener(self) -> Iterator[Conn]:
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, cursor_factory=psycopg.RawCursor)
+        except _DB_ERRORS as exc:
+            raise _wrap(exc) from exc
+        try:
+            conn.execute("LISTEN cwstore")
+            yield conn
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _wait(conn: Conn) -> None:
+        select.select([conn.fileno()], [], [], _POLL_SECONDS)
+        for _ in conn.notifies(timeout=0):
+            pass
+
+    def tail(self, graph: str, after: int = 0) -> Iterator[CausalNode]:
+        """Yield nodes after ``after`` in order, then follow live (see the async twin)."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise InputError(f"after must be a sequence number >= 0, got {after!r}")
+        with self._listener() as conn:
+            try:
+                g = self._graph(conn, graph)
+                graph_id, last = int(g[0]), after
+                while True:
+                    rows = conn.execute(q("tail_graph"), (graph_id, last, _TAIL_BATCH)).fetchall()
+                    for r in rows:
+                        last = int(r[0])
+                        yield node_from_row(*r)
+                    if len(rows) < _TAIL_BATCH:
+                        self._wait(conn)
+            except _DB_ERRORS as exc:
+                raise _wrap(exc) from exc
+
+    def tail_all(self, after: Cursor | str | None = None) -> Iterator[TailItem]:
+        """Every graph's new nodes, live, with a resumable cursor (see the async twin)."""
+        cursor = Cursor.parse(after)
+        with self._listener() as conn:
+            try:
+                while True:
+                    rows = conn.execute(
+                        q("tail_all"),
+                        (str(cursor.xid), cursor.graph_id, cursor.seq, _TAIL_BATCH),
+                    ).fetchall()
+                    for r in rows:
+                        cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
+                        yield TailItem(cursor, r[2], node_from_row(*r[3:]))
+                    if len(rows) < _TAIL_BATCH:
+                        self._wait(conn)
+            except _DB_ERRORS as exc:
+                raise _wrap(exc) from exc
