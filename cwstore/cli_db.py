@@ -1,0 +1,217 @@
+"""The ``cwstore`` subcommands that talk to PostgreSQL.
+
+Each is a thin client of :class:`cwstore.Store`: it parses flags, calls one method and
+prints. stdout is data (JSON where it is data), stderr is progress and errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from . import jsontext
+from .errors import InputError
+from .rules import Vocabulary, parse_document
+
+__all__ = ["register"]
+
+AddFlags = Callable[[argparse.ArgumentParser], None]
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from .store import connect_sync
+
+    return connect_sync(args.dsn, min_size=1, max_size=2)
+
+
+def _as_of(args: argparse.Namespace) -> int | datetime | None:
+    if getattr(args, "as_of", None) is not None and getattr(args, "as_of_time", None):
+        raise InputError("give --as-of or --as-of-time, not both")
+    if getattr(args, "as_of_time", None):
+        text = args.as_of_time
+        try:
+            t = datetime.fromisoformat(text.replace("z", "Z"))
+        except ValueError:
+            raise InputError(f"--as-of-time {text!r} is not an RFC 3339 timestamp") from None
+        if t.tzinfo is None:
+            raise InputError(f"--as-of-time {text!r} needs a zone (Z or +hh:mm)")
+        return t
+    as_of: int | None = getattr(args, "as_of", None)
+    return as_of
+
+
+def _vocab(args: argparse.Namespace) -> Vocabulary | None:
+    from .cli import _vocabulary
+
+    return _vocabulary(args)
+
+
+def _read(path: str) -> bytes:
+    from .cli import _read_input
+
+    return _read_input(path)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from . import migrate
+    from ._store_base import resolve_dsn
+
+    dsn = resolve_dsn(args.dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if args.dry_run:
+            st = migrate.status_sync(conn)
+            print(json.dumps({"current": st.current_version,
+                              "pending": [m.filename for m in st.pending]}))
+            return 0
+        applied = migrate.apply_migrations_sync(conn)
+        if getattr(args, "roles", False):
+            from . import roles
+
+            roles.create_roles_sync(conn)
+    print(f"schema up to date (applied {len(applied)} migration"
+          f"{'s' if len(applied) != 1 else ''})", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    doc = parse_document(_read(args.file))
+    with _store(args) as store:
+        n = store.import_state(args.graph, doc, vocabulary=_vocab(args))
+    print(f"imported {n} nodes into graph {args.graph!r}", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        text = store.export_json(args.graph, as_of=_as_of(args))
+    if args.indent:
+        text = json.dumps(jsontext.loads(text), indent=args.indent, ensure_ascii=False)
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+def cmd_graphs(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        graphs = store.graphs()
+    if args.json:
+        print(json.dumps([{"name": g.name, "length": g.length,
+                           "vocabulary": list(g.vocabulary) if g.vocabulary else None}
+                          for g in graphs]))
+        return 0
+    if not graphs:
+        print("no graphs yet", file=sys.stderr)
+    for g in graphs:
+        print(f"{g.name}\t{g.length}")
+    return 0
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    value = parse_document(_read(args.file))
+    frontier = None
+    if isinstance(value, dict) and "nodes" in value:
+        frontier = value.get("frontier")
+        value = value["nodes"]
+    if not isinstance(value, list):
+        raise InputError("expected a JSON list of nodes (or {\"nodes\": [...], \"frontier\": [...]})")
+    with _store(args) as store:
+        stored = store.append(args.graph, value, expected_length=args.expected_length,
+                              frontier=frontier)
+    for n in stored:
+        sys.stdout.write(n.to_json() + "\n")
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        if args.all:
+            for item in store.tail_all(args.cursor):
+                sys.stdout.write(json.dumps({"cursor": str(item.cursor), "graph": item.graph},
+                                            ensure_ascii=False)[:-1]
+                                 + ',"node":' + item.node.to_json() + "}\n")
+                sys.stdout.flush()
+        else:
+            if not args.graph:
+                raise InputError("tail needs --graph G (or --all)")
+            for node in store.tail(args.graph, after=args.after):
+                sys.stdout.write(node.to_json() + "\n")
+                sys.stdout.flush()
+    return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from . import server
+
+    if args.action == "status":
+        st = server.server_status()
+        print(json.dumps(st, default=str, indent=2))
+        return 0
+    if args.action == "start":
+        print(server.ensure_server())
+        return 0
+    stopped = server.stop_server()
+    print("stopped" if stopped else "not running", file=sys.stderr)
+    return 0
+
+
+def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
+    """Add the database subcommands to the ``cwstore`` parser."""
+    p = sub.add_parser("init", help="create or upgrade the schema (idempotent)")
+    add_dsn(p)
+    p.add_argument("--dry-run", action="store_true", help="only show pending migrations")
+    p.add_argument("--roles", action="store_true",
+                   help="also create the cwstore_reader and cwstore_writer roles")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("import", help="import an AgentState document into an empty graph")
+    p.add_argument("file", help="path to the JSON document, or - for stdin")
+    p.add_argument("--graph", required=True, help="graph name")
+    add_dsn(p)
+    add_vocab(p)
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="print a graph (or a prefix) as AgentState v1 JSON")
+    p.add_argument("--graph", required=True)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--as-of", type=int, metavar="SEQ", help="the first SEQ nodes")
+    g.add_argument("--as-of-time", metavar="RFC3339",
+                   help="up to the last node whose createdAt <= this time")
+    p.add_argument("--indent", type=int, default=0, help="pretty-print with this indent")
+    add_dsn(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("graphs", help="list graphs with their lengths")
+    p.add_argument("--json", action="store_true")
+    add_dsn(p)
+    p.set_defaults(func=cmd_graphs)
+
+    p = sub.add_parser("append", help="append a JSON list of nodes to a graph")
+    p.add_argument("file", help="JSON list of nodes (or {nodes, frontier}); - for stdin")
+    p.add_argument("--graph", required=True)
+    p.add_argument("--expected-length", type=int, default=None,
+                   help="refuse (conflict) unless the graph has exactly this many nodes")
+    add_dsn(p)
+    p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("tail", help="print a graph's nodes as JSON lines, then follow live")
+    p.add_argument("--graph")
+    p.add_argument("--after", type=int, default=0, help="start after this sequence")
+    p.add_argument("--all", action="store_true", help="follow every graph (with --cursor)")
+    p.add_argument("--cursor", default=None, help="resume the --all feed after this cursor")
+    add_dsn(p)
+    p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("server", help="the embedded PostgreSQL in CWSTORE_HOME")
+    p.add_argument("action", choices=["status", "start", "stop"])
+    p.set_defaults(func=cmd_server)
+
+    try:
+        from . import cli_read
+    except ImportError:  # pragma: no cover
+        return
+    cli_read.register(sub, add_dsn)
