@@ -3,6 +3,7 @@
 Public names only; everything else is private and may move.
 """
 
+from ._store_base import Cursor, DivergedError, GraphInfo, TailItem
 from .errors import (
     ChainConflictError,
     ConflictError,
@@ -20,7 +21,6 @@ from .errors import (
 from .identity import canonical_json, compute_id
 from .model import KINDS, AgentState, CausalNode
 from .rules import Vocabulary, fold_frontier, validate
-from ._store_base import Cursor, DivergedError, GraphInfo, TailItem
 from .store import Store, connect_sync
 from .store_async import AsyncStore, connect
 
@@ -30,23 +30,21 @@ __all__ = [
     "KINDS",
     "AgentState",
     "AsyncStore",
-    "Cursor",
-    "DivergedError",
-    "GraphInfo",
-    "Store",
-    "TailItem",
-    "connect",
-    "connect_sync",
     "CausalNode",
     "ChainConflictError",
     "ConflictError",
+    "Cursor",
     "DatabaseError",
+    "DivergedError",
     "Error",
     "GraphExistsError",
+    "GraphInfo",
     "InputError",
     "LengthConflictError",
     "MigrationError",
+    "Store",
     "StoreTimeoutError",
+    "TailItem",
     "UnknownGraphError",
     "ValidationError",
     "Violation",
@@ -54,6 +52,8 @@ __all__ = [
     "__version__",
     "canonical_json",
     "compute_id",
+    "connect",
+    "connect_sync",
     "fold_frontier",
     "validate",
 ]

@@ -58,7 +58,7 @@ _Q = queries()
 
 def q(name: str) -> LiteralString:
     """A named query from ``sql/queries.sql``."""
-    return cast(LiteralString, _Q[name])
+    return _Q[name]
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -158,7 +158,11 @@ def as_document(state: Any, vocabulary: Vocabulary | None = None) -> dict[str, A
     """
     if isinstance(state, AgentState):
         return state.to_obj()
-    doc = parse_document(state) if isinstance(state, str | bytes | bytearray) else state
+    doc = (
+        parse_document(bytes(state) if isinstance(state, bytearray) else state)
+        if isinstance(state, str | bytes | bytearray)
+        else state
+    )
     violations = validate(doc, vocabulary=vocabulary)
     if violations:
         raise ValidationError(violations)
@@ -237,11 +241,15 @@ def prepare_batch(
     ]
     if frontier is not None:
         if not isinstance(frontier, list | tuple) or not all(isinstance(f, str) for f in frontier):
-            violations.append(Violation("shape", None, None, "$.frontier",
-                                        "frontier must be a list of node ids"))
+            violations.append(
+                Violation("shape", None, None, "$.frontier", "frontier must be a list of node ids")
+            )
         elif len(set(frontier)) != len(frontier):
-            violations.append(Violation("frontier_reference", None, None, "$.frontier",
-                                        "frontier lists an id twice"))
+            violations.append(
+                Violation(
+                    "frontier_reference", None, None, "$.frontier", "frontier lists an id twice"
+                )
+            )
     if violations:
         raise ValidationError(violations)
     return PreparedBatch(
@@ -251,9 +259,7 @@ def prepare_batch(
     )
 
 
-def check_save(
-    graph: str, doc: dict[str, Any], stored: int, expected_length: int | None
-) -> int:
+def check_save(graph: str, doc: dict[str, Any], stored: int, expected_length: int | None) -> int:
     """The checks of ``save`` that need only lengths; returns the stored length.
 
     Raises :class:`LengthConflictError` for a stale ``expected_length`` and
@@ -353,7 +359,7 @@ def map_constraint(
     safeguard code the constraint holds; invalid JSON or timestamps likewise. Node
     indexes are rewritten to positions in the batch when the batch ids are known.
     """
-    if constraint in _CONSTRAINT_CODES:
+    if constraint is not None and constraint in _CONSTRAINT_CODES:
         code, path = _CONSTRAINT_CODES[constraint]
         return ValidationError([Violation(code, None, None, path, message)])
     if sqlstate in ("22P02", "22023", "22021", "22P05") and "json" in message.lower():

@@ -57,8 +57,12 @@ def _vocabulary(args: argparse.Namespace) -> Vocabulary | None:
 
 def _print_violations(violations: Sequence[Violation], as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"valid": False, "violations": [v.to_dict() for v in violations]},
-                         ensure_ascii=False))
+        print(
+            json.dumps(
+                {"valid": False, "violations": [v.to_dict() for v in violations]},
+                ensure_ascii=False,
+            )
+        )
     for v in violations:
         idx = "-" if v.index is None else str(v.index)
         _err(f"{v.code}\tnode={idx}\tid={v.node_id or '-'}\tpath={v.path}\t{v.message}")
@@ -73,9 +77,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _print_violations(violations, args.json)
         return EXIT_REFUSED
     n = len(doc["nodes"])
-    summary = (f"valid: AgentState v1, {n} node{'s' if n != 1 else ''}, "
-               f"frontier {len(doc['frontier'])}, vocabulary "
-               f"{'fixed' if vocab.is_fixed else 'dynamic'}")
+    summary = (
+        f"valid: AgentState v1, {n} node{'s' if n != 1 else ''}, "
+        f"frontier {len(doc['frontier'])}, vocabulary "
+        f"{'fixed' if vocab.is_fixed else 'dynamic'}"
+    )
     if args.json:
         print(json.dumps({"valid": True, "nodes": n, "frontier": len(doc["frontier"])}))
     else:
@@ -85,16 +91,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _add_vocab_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--node-types", metavar="FILE",
-                   help="fixed vocabulary from a JSON list of {name, description} (max 32)")
-    g.add_argument("--fixed-vocabulary", action="store_true",
-                   help="fixed built-in vocabulary: memory, preference, wisdom, artifact")
+    g.add_argument(
+        "--node-types",
+        metavar="FILE",
+        help="fixed vocabulary from a JSON list of {name, description} (max 32)",
+    )
+    g.add_argument(
+        "--fixed-vocabulary",
+        action="store_true",
+        help="fixed built-in vocabulary: memory, preference, wisdom, artifact",
+    )
 
 
 def _add_dsn(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dsn", default=os.environ.get("CWSTORE_DSN"),
-                   help="PostgreSQL DSN (env CWSTORE_DSN); default: the embedded server "
-                        "in CWSTORE_HOME")
+    p.add_argument(
+        "--dsn",
+        default=os.environ.get("CWSTORE_DSN"),
+        help="PostgreSQL DSN (env CWSTORE_DSN); default: the embedded server in CWSTORE_HOME",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -66,16 +66,21 @@ def cmd_init(args: argparse.Namespace) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         if args.dry_run:
             st = migrate.status_sync(conn)
-            print(json.dumps({"current": st.current_version,
-                              "pending": [m.filename for m in st.pending]}))
+            print(
+                json.dumps(
+                    {"current": st.current_version, "pending": [m.filename for m in st.pending]}
+                )
+            )
             return 0
         applied = migrate.apply_migrations_sync(conn)
         if getattr(args, "roles", False):
-            from . import roles
+            from . import roles  # type: ignore[attr-defined]
 
             roles.create_roles_sync(conn)
-    print(f"schema up to date (applied {len(applied)} migration"
-          f"{'s' if len(applied) != 1 else ''})", file=sys.stderr)
+    print(
+        f"schema up to date (applied {len(applied)} migration{'s' if len(applied) != 1 else ''})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -100,9 +105,18 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     with _store(args) as store:
         graphs = store.graphs()
     if args.json:
-        print(json.dumps([{"name": g.name, "length": g.length,
-                           "vocabulary": list(g.vocabulary) if g.vocabulary else None}
-                          for g in graphs]))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": g.name,
+                        "length": g.length,
+                        "vocabulary": list(g.vocabulary) if g.vocabulary else None,
+                    }
+                    for g in graphs
+                ]
+            )
+        )
         return 0
     if not graphs:
         print("no graphs yet", file=sys.stderr)
@@ -118,10 +132,11 @@ def cmd_append(args: argparse.Namespace) -> int:
         frontier = value.get("frontier")
         value = value["nodes"]
     if not isinstance(value, list):
-        raise InputError("expected a JSON list of nodes (or {\"nodes\": [...], \"frontier\": [...]})")
+        raise InputError('expected a JSON list of nodes (or {"nodes": [...], "frontier": [...]})')
     with _store(args) as store:
-        stored = store.append(args.graph, value, expected_length=args.expected_length,
-                              frontier=frontier)
+        stored = store.append(
+            args.graph, value, expected_length=args.expected_length, frontier=frontier
+        )
     for n in stored:
         sys.stdout.write(n.to_json() + "\n")
     return 0
@@ -131,9 +146,14 @@ def cmd_tail(args: argparse.Namespace) -> int:
     with _store(args) as store:
         if args.all:
             for item in store.tail_all(args.cursor):
-                sys.stdout.write(json.dumps({"cursor": str(item.cursor), "graph": item.graph},
-                                            ensure_ascii=False)[:-1]
-                                 + ',"node":' + item.node.to_json() + "}\n")
+                sys.stdout.write(
+                    json.dumps(
+                        {"cursor": str(item.cursor), "graph": item.graph}, ensure_ascii=False
+                    )[:-1]
+                    + ',"node":'
+                    + item.node.to_json()
+                    + "}\n"
+                )
                 sys.stdout.flush()
         else:
             if not args.graph:
@@ -164,8 +184,11 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p = sub.add_parser("init", help="create or upgrade the schema (idempotent)")
     add_dsn(p)
     p.add_argument("--dry-run", action="store_true", help="only show pending migrations")
-    p.add_argument("--roles", action="store_true",
-                   help="also create the cwstore_reader and cwstore_writer roles")
+    p.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the cwstore_reader and cwstore_writer roles",
+    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("import", help="import an AgentState document into an empty graph")
@@ -179,8 +202,9 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p.add_argument("--graph", required=True)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--as-of", type=int, metavar="SEQ", help="the first SEQ nodes")
-    g.add_argument("--as-of-time", metavar="RFC3339",
-                   help="up to the last node whose createdAt <= this time")
+    g.add_argument(
+        "--as-of-time", metavar="RFC3339", help="up to the last node whose createdAt <= this time"
+    )
     p.add_argument("--indent", type=int, default=0, help="pretty-print with this indent")
     add_dsn(p)
     p.set_defaults(func=cmd_export)
@@ -193,8 +217,12 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p = sub.add_parser("append", help="append a JSON list of nodes to a graph")
     p.add_argument("file", help="JSON list of nodes (or {nodes, frontier}); - for stdin")
     p.add_argument("--graph", required=True)
-    p.add_argument("--expected-length", type=int, default=None,
-                   help="refuse (conflict) unless the graph has exactly this many nodes")
+    p.add_argument(
+        "--expected-length",
+        type=int,
+        default=None,
+        help="refuse (conflict) unless the graph has exactly this many nodes",
+    )
     add_dsn(p)
     p.set_defaults(func=cmd_append)
 
@@ -211,7 +239,7 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p.set_defaults(func=cmd_server)
 
     try:
-        from . import cli_read
+        from . import cli_read  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover
         return
     cli_read.register(sub, add_dsn)

@@ -158,8 +158,7 @@ class LengthConflictError(ConflictError, sqlstate="CW409"):
         self.actual_length = actual_length
         if message is None:
             message = (
-                f"graph {graph!r} has length {actual_length}, "
-                f"the writer expected {expected_length}"
+                f"graph {graph!r} has length {actual_length}, the writer expected {expected_length}"
             )
         super().__init__(message, graph=graph)
 

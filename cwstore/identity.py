@@ -87,9 +87,7 @@ def canonical_json(value: Any) -> str:
     return write(value, key_order)
 
 
-def compute_id(
-    kind: str, parents: list[str], payload: Any, resource_key: str | None = None
-) -> str:
+def compute_id(kind: str, parents: list[str], payload: Any, resource_key: str | None = None) -> str:
     """The node id the runtime computes for this content.
 
     ``parents`` are hashed as given: the runtime stores them sorted and unique, and

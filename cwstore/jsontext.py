@@ -21,6 +21,7 @@ Both walkers are iterative or guarded, so nesting depth is limited only by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import json.decoder
 import math
@@ -216,6 +217,7 @@ def _loads_iterative(text: str) -> Any:
 
 # --- numbers -----------------------------------------------------------------------
 
+
 def js_number(x: int | float) -> str:
     """``String(x)`` in JavaScript, for a finite number (ints within 2**53 included).
 
@@ -250,11 +252,9 @@ def js_number(x: int | float) -> str:
 _dumps_fast = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
 ).encode
-_dump_str = json.encoder.py_encode_basestring  # type: ignore[attr-defined]
-try:  # the C escaper, identical output
-    from _json import encode_basestring as _dump_str  # type: ignore[no-redef]
-except ImportError:  # pragma: no cover
-    pass
+_dump_str: Callable[[str], str] = json.encoder.py_encode_basestring
+with contextlib.suppress(ImportError):  # the C escaper, identical output
+    from _json import encode_basestring as _dump_str
 
 
 class _Slow(Exception):
@@ -387,7 +387,7 @@ def _exact_double(v: int) -> bool:
 def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
     """Yield ``(code, path, message)`` for everything that cannot be kept exactly.
 
-    Codes: ``unrepresentable`` (NaN/Infinity, integers beyond ±(2**53−1), lone
+    Codes: ``unrepresentable`` (NaN/Infinity, integers beyond ±(2**53-1), lone
     surrogates, nesting deeper than :data:`MAX_DEPTH`) and ``shape`` (a key given
     twice, a Python value that is not JSON). Iterative: any depth is safe.
     """
@@ -405,7 +405,7 @@ def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
                 yield (
                     "unrepresentable",
                     p,
-                    f"integer {v} is beyond ±(2^53−1): JavaScript cannot hold it exactly",
+                    f"integer {v} is beyond ±(2^53-1): JavaScript cannot hold it exactly",
                 )
         elif t is float:
             if not math.isfinite(v):

@@ -17,11 +17,12 @@ compute.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from . import jsontext
 from .errors import InputError, Violation
@@ -159,7 +160,7 @@ def _utf16(s: str) -> bytes:
 
 def is_sorted_js(items: Sequence[str]) -> bool:
     """Sorted ascending as JavaScript compares strings (UTF-16 code units)."""
-    for a, b in zip(items, items[1:], strict=False):
+    for a, b in itertools.pairwise(items):
         if a.isascii() and b.isascii():
             if a > b:
                 return False
@@ -330,11 +331,17 @@ def check_nodes(
         if "createdAt" in node:
             created = node["createdAt"]
             if not isinstance(created, str):
-                bad("shape", f"{np}.createdAt", f"createdAt must be a string, got "
-                    f"{_type_name(created)}")
+                bad(
+                    "shape",
+                    f"{np}.createdAt",
+                    f"createdAt must be a string, got {_type_name(created)}",
+                )
             elif not _valid_time(created):
-                bad("created_at", f"{np}.createdAt",
-                    f"createdAt {created!r} is not an RFC 3339 timestamp with a zone")
+                bad(
+                    "created_at",
+                    f"{np}.createdAt",
+                    f"createdAt {created!r} is not an RFC 3339 timestamp with a zone",
+                )
 
         # sequence
         if "sequence" in node:
@@ -342,11 +349,15 @@ def check_nodes(
             if type(seq) is float and seq.is_integer():
                 seq = int(seq)
             if type(seq) is not int:
-                bad("shape", f"{np}.sequence", f"sequence must be an integer, got "
-                    f"{_type_name(seq)}")
+                bad(
+                    "shape", f"{np}.sequence", f"sequence must be an integer, got {_type_name(seq)}"
+                )
             elif require_sequence and seq != first_sequence + i:
-                bad("sequence", f"{np}.sequence",
-                    f"sequence is {seq}, expected {first_sequence + i}")
+                bad(
+                    "sequence",
+                    f"{np}.sequence",
+                    f"sequence is {seq}, expected {first_sequence + i}",
+                )
 
         # resourceKey
         rkey: str | None = None
@@ -354,13 +365,19 @@ def check_nodes(
         if "resourceKey" in node:
             rk = node["resourceKey"]
             if not isinstance(rk, str) or rk == "":
-                bad("shape", f"{np}.resourceKey",
-                    "resourceKey must be a non-empty string when present (never null)")
+                bad(
+                    "shape",
+                    f"{np}.resourceKey",
+                    "resourceKey must be a non-empty string when present (never null)",
+                )
                 rkey_ok = False
             elif "\x00" in rk or jsontext._bad_string(rk):
-                bad("unrepresentable", f"{np}.resourceKey",
+                bad(
+                    "unrepresentable",
+                    f"{np}.resourceKey",
                     "resourceKey holds U+0000 or a lone surrogate, which a PostgreSQL text "
-                    "column cannot keep")
+                    "column cannot keep",
+                )
                 rkey_ok = False
             else:
                 rkey = rk
@@ -372,16 +389,22 @@ def check_nodes(
         # chain
         if rkey is not None and rkey in key_heads and parents_ok:
             head = key_heads[rkey]
-            if head not in parents:
-                bad("resource_chain", f"{np}.parents",
-                    f"new version of {rkey!r} does not link to the key's head {head}")
+            if head not in cast(list[str], parents):
+                bad(
+                    "resource_chain",
+                    f"{np}.parents",
+                    f"new version of {rkey!r} does not link to the key's head {head}",
+                )
 
         # identity
         if id_ok and kind_ok and parents_ok and payload_ok and rkey_ok:
-            expected = compute_id(kind, parents, node["payload"], rkey)
+            expected = compute_id(cast(str, kind), cast(list[str], parents), node["payload"], rkey)
             if expected != node_id:
-                bad("identity", f"{np}.id",
-                    f"id {node_id} does not match the content's identity {expected}")
+                bad(
+                    "identity",
+                    f"{np}.id",
+                    f"id {node_id} does not match the content's identity {expected}",
+                )
 
         if isinstance(node_id, str) and node_id not in seen:
             seen[node_id] = first_sequence + i
@@ -409,26 +432,41 @@ def _check_semantic(
         if not isinstance(stype, str):
             bad("semantic_payload", f"{pp}.type", "semantic type must be a string")
         elif not SEMANTIC_TYPE_RE.match(stype):
-            bad("semantic_type", f"{pp}.type",
-                f"semantic type {stype!r} must match ^[a-z][a-z0-9_-]{{0,47}}$")
+            bad(
+                "semantic_type",
+                f"{pp}.type",
+                f"semantic type {stype!r} must match ^[a-z][a-z0-9_-]{{0,47}}$",
+            )
         elif not vocabulary.allows(stype):
             allowed = ", ".join(vocabulary.types or ())
-            bad("semantic_type", f"{pp}.type",
-                f"semantic type {stype!r} is not in the graph's fixed vocabulary ({allowed})")
+            bad(
+                "semantic_type",
+                f"{pp}.type",
+                f"semantic type {stype!r} is not in the graph's fixed vocabulary ({allowed})",
+            )
     if "key" in payload:
         if not isinstance(skey, str):
             bad("semantic_payload", f"{pp}.key", "semantic key must be a string")
         elif not SEMANTIC_KEY_RE.match(skey):
-            bad("semantic_payload", f"{pp}.key",
-                f"semantic key {skey!r} must match ^[a-z0-9_./:-]{{1,120}}$")
+            bad(
+                "semantic_payload",
+                f"{pp}.key",
+                f"semantic key {skey!r} must match ^[a-z0-9_./:-]{{1,120}}$",
+            )
     if "content" in payload and _json_length(payload["content"]) > SEMANTIC_CONTENT_MAX:
-        bad("semantic_payload", f"{pp}.content",
-            f"semantic content is longer than {SEMANTIC_CONTENT_MAX} characters of JSON")
+        bad(
+            "semantic_payload",
+            f"{pp}.content",
+            f"semantic content is longer than {SEMANTIC_CONTENT_MAX} characters of JSON",
+        )
     if isinstance(stype, str) and isinstance(skey, str):
         want = semantic_resource_key(stype, skey)
         if rkey != want:
-            bad("semantic_payload", f"{np}.resourceKey",
-                f"semantic resourceKey must be {want!r}, got {node.get('resourceKey')!r}")
+            bad(
+                "semantic_payload",
+                f"{np}.resourceKey",
+                f"semantic resourceKey must be {want!r}, got {node.get('resourceKey')!r}",
+            )
 
 
 def _type_name(value: Any) -> str:
@@ -447,14 +485,19 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def check_frontier(
-    frontier: Any, ids: Iterable[str], path: str = "$.frontier"
-) -> list[Violation]:
+def check_frontier(frontier: Any, ids: Iterable[str], path: str = "$.frontier") -> list[Violation]:
     """Every frontier entry is a string id of an existing node, none twice."""
     out: list[Violation] = []
     if not isinstance(frontier, list):
-        return [Violation("shape", None, None, path,
-                          f"frontier must be a list of ids, got {_type_name(frontier)}")]
+        return [
+            Violation(
+                "shape",
+                None,
+                None,
+                path,
+                f"frontier must be a list of ids, got {_type_name(frontier)}",
+            )
+        ]
     known = set(ids)
     seen: set[str] = set()
     for j, fid in enumerate(frontier):
@@ -462,11 +505,15 @@ def check_frontier(
         if not isinstance(fid, str):
             out.append(Violation("shape", None, None, fp, "frontier entry must be a string id"))
         elif fid in seen:
-            out.append(Violation("frontier_reference", None, fid, fp,
-                                 f"frontier lists {fid} twice"))
+            out.append(
+                Violation("frontier_reference", None, fid, fp, f"frontier lists {fid} twice")
+            )
         elif fid not in known:
-            out.append(Violation("frontier_reference", None, fid, fp,
-                                 f"frontier references missing node {fid}"))
+            out.append(
+                Violation(
+                    "frontier_reference", None, fid, fp, f"frontier references missing node {fid}"
+                )
+            )
         else:
             seen.add(fid)
     return out
@@ -482,23 +529,39 @@ def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation
     if isinstance(state, AgentState):
         state = state.to_obj()
     if not isinstance(state, dict):
-        return [Violation("shape", None, None, "$",
-                          f"document must be a JSON object, got {_type_name(state)}")]
+        return [
+            Violation(
+                "shape", None, None, "$", f"document must be a JSON object, got {_type_name(state)}"
+            )
+        ]
     out: list[Violation] = []
     for name in state:
         if name not in _TOP_FIELDS:
-            out.append(Violation("shape", None, None, jsontext.path_key("$", name),
-                                 f"unknown top-level field {name!r}"))
+            out.append(
+                Violation(
+                    "shape",
+                    None,
+                    None,
+                    jsontext.path_key("$", name),
+                    f"unknown top-level field {name!r}",
+                )
+            )
     for name in _TOP_FIELDS:
         if name not in state:
             out.append(Violation("shape", None, None, "$", f"document is missing {name!r}"))
     if "version" in state and (state["version"] != 1 or isinstance(state["version"], bool)):
-        out.append(Violation("version", None, None, "$.version",
-                             f"version must be 1, got {state['version']!r}"))
+        out.append(
+            Violation(
+                "version", None, None, "$.version", f"version must be 1, got {state['version']!r}"
+            )
+        )
     nodes = state.get("nodes")
     if "nodes" in state and not isinstance(nodes, list):
-        out.append(Violation("shape", None, None, "$.nodes",
-                             f"nodes must be a list, got {_type_name(nodes)}"))
+        out.append(
+            Violation(
+                "shape", None, None, "$.nodes", f"nodes must be a list, got {_type_name(nodes)}"
+            )
+        )
         nodes = None
     ids: list[str] = []
     if isinstance(nodes, list):

@@ -82,7 +82,10 @@ def _wrap(exc: BaseException, batch_ids: Sequence[str] = ()) -> Error:
     if isinstance(exc, psycopg.Error) and exc.diag.sqlstate:
         d = exc.diag
         return map_constraint(
-            d.sqlstate, d.message_primary or str(exc), d.message_detail, d.constraint_name,
+            d.sqlstate,
+            d.message_primary or str(exc),
+            d.message_detail,
+            d.constraint_name,
             batch_ids,
         )
     return DatabaseError(f"{type(exc).__name__}: {exc}")
@@ -159,10 +162,18 @@ class Store:
             if nodes:
                 with conn.cursor().copy(_COPY_SQL) as copy:
                     for n in nodes:
-                        copy.write_row((
-                            graph_id, int(n["sequence"]), n["id"], n["kind"], n["parents"],
-                            jsontext.dumps(n["payload"]), n["createdAt"], n.get("resourceKey"),
-                        ))
+                        copy.write_row(
+                            (
+                                graph_id,
+                                int(n["sequence"]),
+                                n["id"],
+                                n["kind"],
+                                n["parents"],
+                                jsontext.dumps(n["payload"]),
+                                n["createdAt"],
+                                n.get("resourceKey"),
+                            )
+                        )
             conn.execute(q("declare_frontier"), (graph_id, list(doc["frontier"])))
         return len(nodes)
 
@@ -229,7 +240,9 @@ class Store:
             ).fetchall()
         return stored_nodes(batch.nodes, rows)
 
-    def save(self, graph: str, state: Any, *, expected_length: int | None = None) -> list[CausalNode]:
+    def save(
+        self, graph: str, state: Any, *, expected_length: int | None = None
+    ) -> list[CausalNode]:
         """Persist a whole state, appending only what is new (see the async twin)."""
         doc = as_document(state)
         nodes = doc["nodes"]
@@ -237,8 +250,9 @@ class Store:
             row = conn.execute(q("graph_get"), (graph,)).fetchone()
             stored = check_save(graph, doc, row[1] if row else 0, expected_length)
             if stored and row is not None:
-                bad = self._one(conn, q("first_mismatch"), row[0],
-                                [n["id"] for n in nodes[:stored]])
+                bad = self._one(
+                    conn, q("first_mismatch"), row[0], [n["id"] for n in nodes[:stored]]
+                )
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
                 if stored == len(nodes):

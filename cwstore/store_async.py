@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -124,7 +124,7 @@ class AsyncStore:
         await self._pool.close()
 
     @asynccontextmanager
-    async def _conn(self, batch_ids: Sequence[str] = ()) -> AsyncIterator[asyncpg.Connection]:
+    async def _conn(self, batch_ids: Sequence[str] = ()) -> AsyncIterator[Any]:
         try:
             async with self._pool.acquire() as conn:
                 yield conn
@@ -144,8 +144,12 @@ class AsyncStore:
         async with self._conn() as conn:
             rows = await conn.fetch(q("graphs_list"))
         return [
-            GraphInfo(r["name"], r["length"], tuple(r["vocabulary"]) if r["vocabulary"] else None,
-                      r["created_at"])
+            GraphInfo(
+                r["name"],
+                r["length"],
+                tuple(r["vocabulary"]) if r["vocabulary"] else None,
+                r["created_at"],
+            )
             for r in rows
         ]
 
@@ -210,8 +214,10 @@ class AsyncStore:
         for byte. As of a time T: the prefix up to the last node whose ``createdAt`` is
         at or before T. The frontier is the one in force at that point.
         """
-        async with self._conn() as conn, conn.transaction(isolation="repeatable_read",
-                                                          readonly=True):
+        async with (
+            self._conn() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             graph_id, seq = await self._prefix(conn, graph, as_of)
             texts = [r[0] for r in await conn.fetch(q("export_nodes"), graph_id, seq)]
             frontier = await self._frontier_at(conn, graph_id, seq)
@@ -219,8 +225,10 @@ class AsyncStore:
 
     async def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
         """The graph (or a prefix of it) as an :class:`AgentState` the runtime loads."""
-        async with self._conn() as conn, conn.transaction(isolation="repeatable_read",
-                                                          readonly=True):
+        async with (
+            self._conn() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             graph_id, seq = await self._prefix(conn, graph, as_of)
             rows = await conn.fetch(q("node_rows"), graph_id, 0, seq)
             frontier = await self._frontier_at(conn, graph_id, seq)
@@ -271,7 +279,7 @@ class AsyncStore:
         async with self._conn() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
             stored = check_save(graph, doc, row["length"] if row else 0, expected_length)
-            if stored:
+            if stored and row is not None:
                 bad = await conn.fetchval(
                     q("first_mismatch"), row["graph_id"], [n["id"] for n in nodes[:stored]]
                 )
@@ -285,9 +293,7 @@ class AsyncStore:
             return []
         # With nothing new, re-sending the last node writes nothing but declares the frontier.
         new = nodes[stored:] or nodes[-1:]
-        written = await self.append(
-            graph, new, expected_length=stored, frontier=doc["frontier"]
-        )
+        written = await self.append(graph, new, expected_length=stored, frontier=doc["frontier"])
         return [n for n in written if n.sequence > stored]
 
     async def frontier(self, graph: str) -> list[str]:
@@ -314,10 +320,8 @@ class AsyncStore:
             await conn.add_listener("cwstore", wake)
             yield conn, event
         finally:
-            try:
+            with suppress(*_DB_ERRORS):
                 await conn.close()
-            except _DB_ERRORS:
-                pass
 
     async def tail(self, graph: str, after: int = 0) -> AsyncIterator[CausalNode]:
         """Yield the graph's nodes with sequence > ``after``, in order, then follow new
@@ -338,10 +342,8 @@ class AsyncStore:
                     last = int(r[0])
                     yield node_from_row(*r)
                 if len(rows) < _TAIL_BATCH:
-                    try:
+                    with suppress(TimeoutError):
                         await asyncio.wait_for(event.wait(), _POLL_SECONDS)
-                    except TimeoutError:
-                        pass
 
     async def tail_all(self, after: Cursor | str | None = None) -> AsyncIterator[TailItem]:
         """One feed of every graph's new nodes, live, with a resumable cursor.
@@ -355,18 +357,17 @@ class AsyncStore:
             while True:
                 event.clear()
                 try:
-                    rows = await conn.fetch(q("tail_all"), str(cursor.xid), cursor.graph_id,
-                                            cursor.seq, _TAIL_BATCH)
+                    rows = await conn.fetch(
+                        q("tail_all"), str(cursor.xid), cursor.graph_id, cursor.seq, _TAIL_BATCH
+                    )
                 except _DB_ERRORS as exc:
                     raise _wrap(exc) from exc
                 for r in rows:
                     cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
                     yield TailItem(cursor, r[2], node_from_row(*r[3:]))
                 if len(rows) < _TAIL_BATCH:
-                    try:
+                    with suppress(TimeoutError):
                         await asyncio.wait_for(event.wait(), _POLL_SECONDS)
-                    except TimeoutError:
-                        pass
 
 
 def _vocab_arg(vocab: Vocabulary) -> list[str] | None:
