@@ -34,11 +34,14 @@ def _read_input(path: str) -> bytes:
     if path == "-":
         return sys.stdin.buffer.read()
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory, expected a JSON file")
-    return p.read_bytes()
+    try:
+        if p.is_dir():
+            raise InputError(f"{path}: is a directory, expected a JSON file")
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _vocabulary(args: argparse.Namespace) -> Vocabulary | None:
@@ -57,12 +60,7 @@ def _vocabulary(args: argparse.Namespace) -> Vocabulary | None:
 
 def _print_violations(violations: Sequence[Violation], as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps(
-                {"valid": False, "violations": [v.to_dict() for v in violations]},
-                ensure_ascii=False,
-            )
-        )
+        print(json.dumps({"valid": False, "violations": [v.to_dict() for v in violations]}))
     for v in violations:
         idx = "-" if v.index is None else str(v.index)
         _err(f"{v.code}\tnode={idx}\tid={v.node_id or '-'}\tpath={v.path}\t{v.message}")

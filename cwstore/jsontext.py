@@ -272,10 +272,12 @@ def _fast_copy(value: Any, order: KeyOrder | None, depth: int = 0) -> Any:
     if t is int:
         return value
     if t is float:
-        if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
-            return int(value)
+        if value.is_integer():
+            if abs(value) <= MAX_SAFE_INTEGER:
+                return int(value)
+            raise _Slow  # repr() would add ".0" or an exponent; String() does not
         if 1e-4 <= abs(value) < 1e16:
-            return value  # repr() and String() agree in this range
+            return value  # repr() and String() agree for non-integers in this range
         raise _Slow
     if depth > 400:
         raise _Slow

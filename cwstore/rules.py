@@ -224,7 +224,8 @@ def _valid_time(value: str) -> bool:
         )
     except ValueError:
         return False
-    return int(m[6]) <= 60 and (m[9] is None or (int(m[9]) <= 23 and int(m[10]) <= 59))
+    # Date.parse (the runtime's check) refuses second 60, so a leap second is refused too.
+    return int(m[6]) <= 59 and (m[9] is None or (int(m[9]) <= 23 and int(m[10]) <= 59))
 
 
 def _json_length(value: Any) -> int:
@@ -254,13 +255,13 @@ def check_nodes(
     all_ids = {
         n.get("id")
         for n in (_as_obj(x) for x in nodes)
-        if isinstance(n, dict) and isinstance(n.get("id"), str)
+        if isinstance(n, dict) and _is_str(n.get("id"))
     }
     for i, raw in enumerate(nodes):
         node = _as_obj(raw)
         np = f"{path}[{i}]"
         node_id = node.get("id") if isinstance(node, dict) else None
-        nid = node_id if isinstance(node_id, str) else None
+        nid = node_id if _is_str(node_id) else None
 
         def bad(code: str, where: str, message: str, _i: int = i, _nid: Any = nid) -> None:
             out.append(Violation(code, _i, _nid, where, message))
@@ -278,7 +279,7 @@ def check_nodes(
         # id
         id_ok = False
         if "id" in node:
-            if not isinstance(node_id, str):
+            if not _is_str(node_id):
                 bad("shape", f"{np}.id", f"id must be a string, got {_type_name(node_id)}")
             elif node_id in seen:
                 bad("duplicate_id", f"{np}.id", f"id {node_id} already used by an earlier node")
@@ -287,9 +288,13 @@ def check_nodes(
 
         # kind
         kind = node.get("kind")
-        kind_ok = isinstance(kind, str) and kind in _KIND_SET
+        kind_ok = _is_str(kind) and kind in _KIND_SET
         if "kind" in node and not kind_ok:
-            bad("kind", f"{np}.kind", f"kind {kind!r} is not one of the ten: {', '.join(KINDS)}")
+            bad(
+                "kind",
+                f"{np}.kind",
+                f"kind {_show(kind)} is not one of the ten: {', '.join(KINDS)}",
+            )
 
         # parents
         parents = node.get("parents")
@@ -297,9 +302,9 @@ def check_nodes(
         if "parents" in node:
             if not isinstance(parents, list):
                 bad("shape", f"{np}.parents", f"parents must be a list, got {_type_name(parents)}")
-            elif not all(isinstance(p, str) for p in parents):
+            elif not all(_is_str(p) for p in parents):
                 for j, p in enumerate(parents):
-                    if not isinstance(p, str):
+                    if not _is_str(p):
                         bad("shape", f"{np}.parents[{j}]", "parent must be a string id")
             else:
                 parents_ok = True
@@ -330,7 +335,7 @@ def check_nodes(
         # createdAt
         if "createdAt" in node:
             created = node["createdAt"]
-            if not isinstance(created, str):
+            if not _is_str(created):
                 bad(
                     "shape",
                     f"{np}.createdAt",
@@ -364,7 +369,10 @@ def check_nodes(
         rkey_ok = True
         if "resourceKey" in node:
             rk = node["resourceKey"]
-            if not isinstance(rk, str) or rk == "":
+            if isinstance(rk, jsontext.BadNumber):
+                bad("unrepresentable", f"{np}.resourceKey", f"{rk} is not a JSON value")
+                rkey_ok = False
+            elif not _is_str(rk) or rk == "":
                 bad(
                     "shape",
                     f"{np}.resourceKey",
@@ -406,9 +414,9 @@ def check_nodes(
                     f"id {node_id} does not match the content's identity {expected}",
                 )
 
-        if isinstance(node_id, str) and node_id not in seen:
+        if _is_str(node_id) and node_id not in seen:
             seen[node_id] = first_sequence + i
-        if rkey is not None and isinstance(node_id, str):
+        if rkey is not None and _is_str(node_id):
             key_heads[rkey] = node_id
     return out
 
@@ -465,8 +473,21 @@ def _check_semantic(
             bad(
                 "semantic_payload",
                 f"{np}.resourceKey",
-                f"semantic resourceKey must be {want!r}, got {node.get('resourceKey')!r}",
+                f"semantic resourceKey must be {want!r}, got {_show(node.get('resourceKey'))}",
             )
+
+
+def _show(value: Any) -> str:
+    """A short, safe rendering of a value for a message (never recursive)."""
+    if isinstance(value, dict | list | tuple):
+        return _type_name(value)
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_str(value: Any) -> bool:
+    """A real JSON string (a NaN/Infinity token parses as a marked str subclass)."""
+    return type(value) is str
 
 
 def _type_name(value: Any) -> str:
@@ -502,7 +523,7 @@ def check_frontier(frontier: Any, ids: Iterable[str], path: str = "$.frontier") 
     seen: set[str] = set()
     for j, fid in enumerate(frontier):
         fp = f"{path}[{j}]"
-        if not isinstance(fid, str):
+        if not _is_str(fid):
             out.append(Violation("shape", None, None, fp, "frontier entry must be a string id"))
         elif fid in seen:
             out.append(
@@ -552,7 +573,11 @@ def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation
     if "version" in state and (state["version"] != 1 or isinstance(state["version"], bool)):
         out.append(
             Violation(
-                "version", None, None, "$.version", f"version must be 1, got {state['version']!r}"
+                "version",
+                None,
+                None,
+                "$.version",
+                f"version must be 1, got {_show(state['version'])}",
             )
         )
     nodes = state.get("nodes")
@@ -566,7 +591,7 @@ def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation
     ids: list[str] = []
     if isinstance(nodes, list):
         out.extend(check_nodes(nodes, vocabulary=vocab))
-        ids = [n["id"] for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)]
+        ids = [n["id"] for n in nodes if isinstance(n, dict) and _is_str(n.get("id"))]
     if "frontier" in state:
         out.extend(check_frontier(state["frontier"], ids))
     return out

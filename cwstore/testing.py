@@ -444,8 +444,8 @@ def _nested(depth: int, leaf: Any) -> Any:
 def odd_values() -> list[Any]:
     """JSON values that stress fidelity: U+0000, astral characters, key order that
     differs between code point and ICU collation, 1e21, ±(2**53-1), 40-level nesting,
-    integer-like keys, 0.1, 5e-324 and friends. Every value is storable (free of
-    :func:`cwstore.jsontext.problems`)."""
+    integer-like keys (in JavaScript's property order), 0.1, 5e-324 and friends.
+    Every value is storable (free of :func:`cwstore.jsontext.problems`)."""
     return [
         "nul\u0000inside and at the end\u0000",
         "astral \U0001f600 \U0001d11e \U0010ffff and BMP edge \uffff",
@@ -464,13 +464,15 @@ def odd_values() -> list[Any]:
             "B": 12,
             "": 13,
         },
+        # JavaScript lists integer-like keys first, ascending, whatever the insertion
+        # order: the runtime can only write them this way.
         {
-            "10": "ten",
             "2": "two",
+            "10": "ten",
+            "4294967294": "largest index",
             "a": "a",
             "01": "zero-one",
             "4294967295": "not an index",
-            "4294967294": "largest index",
             "-1": "minus one",
             "1.5": "one and a half",
         },

@@ -191,6 +191,16 @@ CREATE TABLE cwstore.key_heads (
 COMMENT ON TABLE cwstore.key_heads IS
   'The current head of every resource key, with its version number and the sequence the key first appeared at.';
 
+CREATE TABLE cwstore.kind_counts (
+  graph_id  bigint NOT NULL,
+  kind      text NOT NULL,
+  seq       bigint NOT NULL,
+  n         bigint NOT NULL,
+  CONSTRAINT kind_counts_pkey PRIMARY KEY (graph_id, kind, seq)
+);
+COMMENT ON TABLE cwstore.kind_counts IS
+  'One row per node: n is how many nodes of its kind the graph holds up to and including seq. Counts by kind at any sequence, and the latest node of a kind, are index lookups.';
+
 -- ---------------------------------------------------------------------------------
 -- guards: history is append-only; derived tables are written by triggers only
 -- ---------------------------------------------------------------------------------
@@ -243,6 +253,10 @@ CREATE TRIGGER key_versions_no_truncate BEFORE TRUNCATE ON cwstore.key_versions
 CREATE TRIGGER key_heads_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.key_heads
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._derived_only();
 CREATE TRIGGER key_heads_no_truncate BEFORE TRUNCATE ON cwstore.key_heads
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER kind_counts_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.kind_counts
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER kind_counts_no_truncate BEFORE TRUNCATE ON cwstore.kind_counts
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER graphs_no_truncate BEFORE TRUNCATE ON cwstore.graphs
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
@@ -298,18 +312,27 @@ BEGIN
                                 'linked_head', v_linked, 'current_head', p_expected)::text;
 END $$;
 
-CREATE FUNCTION cwstore._nodes_inserted() RETURNS trigger
-LANGUAGE plpgsql AS $$
+-- The trigger's statements are planned once per session and the plans kept, so a plan
+-- made for a one-node append would be reused for a 100,000-node import and the other
+-- way round. Two functions with the same body, each handling one size class, keep a
+-- plan fit for each: nodes_inserted_small for batches of up to 256 rows,
+-- nodes_inserted_bulk for larger ones. Both fire; the one not concerned returns at once.
+DO $do$
+DECLARE
+  body constant text := $body$
 DECLARE
   r record;
 BEGIN
+  /*SIZE_GUARD*/
+
   -- Gapless: each graph's new rows are exactly length+1 .. length+count.
-  SELECT n.graph_id, g.name, g.length, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
-         g.graph_id IS NULL AS missing
+  SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
     INTO r
-    FROM new_nodes n LEFT JOIN cwstore.graphs g ON g.graph_id = n.graph_id
-   GROUP BY n.graph_id, g.graph_id, g.name, g.length
-  HAVING g.graph_id IS NULL OR min(n.seq) <> g.length + 1 OR max(n.seq) <> g.length + count(*)
+    FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+            FROM new_nodes GROUP BY graph_id) x
+    LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
+                        WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
+   WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
    LIMIT 1;
   IF FOUND THEN
     IF r.missing THEN
@@ -325,7 +348,9 @@ BEGIN
   -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
   SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
     INTO r
-    FROM new_nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+    FROM new_nodes n
+    JOIN LATERAL (SELECT g.vocabulary FROM cwstore.graphs g
+                   WHERE g.graph_id = n.graph_id LIMIT 1) g ON true
    WHERE n.kind = 'semantic' AND NOT (
          jsonb_typeof(n.payload) = 'object'
      AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
@@ -379,7 +404,9 @@ BEGIN
                'parents must be sorted ascending and listed once')
              ELSE m.seq
            END AS parent_seq
-      FROM p LEFT JOIN cwstore.nodes m ON m.graph_id = p.graph_id AND m.id = p.pid
+      FROM p
+      LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                          WHERE m.graph_id = p.graph_id AND m.id = p.pid LIMIT 1) m ON true
   ), ins AS (
     INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
     SELECT graph_id, child_seq, position, parent_seq FROM resolved
@@ -388,6 +415,7 @@ BEGIN
       FROM resolved WHERE folds
      GROUP BY graph_id, parent_seq
   ), closed AS (
+    -- Only open spans (the partial index), so this join stays small at any size.
     UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
       FROM closes c
      WHERE s.graph_id = c.graph_id AND s.head_seq = c.parent_seq
@@ -406,11 +434,12 @@ BEGIN
            CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
       FROM (SELECT n.graph_id, n.resource_key AS key, n.seq, n.id, n.parents,
                    row_number() OVER w AS rn, lag(n.id) OVER w AS prev_id,
-                   lead(n.seq) OVER w AS next_seq
+                   lead(n.seq) OVER w AS next_seq, first_value(n.seq) OVER w AS batch_first
               FROM new_nodes n
              WHERE n.resource_key IS NOT NULL
             WINDOW w AS (PARTITION BY n.graph_id, n.resource_key ORDER BY n.seq)) k
-      LEFT JOIN cwstore.key_heads h ON h.graph_id = k.graph_id AND h.key = k.key
+      LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                          WHERE h.graph_id = k.graph_id AND h.key = k.key LIMIT 1) h ON true
   ), checked AS (
     SELECT k.*,
            CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
@@ -432,10 +461,22 @@ BEGIN
     RETURNING 1
   )
   INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
-  SELECT graph_id, key, seq, id, version, seq
+  SELECT graph_id, key, seq, id, version, batch_first
     FROM checked WHERE next_seq IS NULL
   ON CONFLICT (graph_id, key) DO UPDATE
     SET head_seq = excluded.head_seq, head_id = excluded.head_id, version = excluded.version;
+
+  -- Running counts by kind.
+  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+  SELECT n.graph_id, n.kind, n.seq,
+         b.n + row_number() OVER (PARTITION BY n.graph_id, n.kind ORDER BY n.seq)
+    FROM new_nodes n
+    JOIN (SELECT d.graph_id, d.kind,
+                 coalesce((SELECT k.n FROM cwstore.kind_counts k
+                            WHERE k.graph_id = d.graph_id AND k.kind = d.kind
+                            ORDER BY k.seq DESC LIMIT 1), 0) AS n
+            FROM (SELECT DISTINCT graph_id, kind FROM new_nodes) d) b
+      ON b.graph_id = n.graph_id AND b.kind = n.kind;
 
   UPDATE cwstore.graphs g SET length = x.hi
     FROM (SELECT graph_id, max(seq) AS hi FROM new_nodes GROUP BY graph_id) x
@@ -444,14 +485,29 @@ BEGIN
   PERFORM pg_notify('cwstore', graph_id::text || ':' || max(seq)::text)
      FROM new_nodes GROUP BY graph_id;
   RETURN NULL;
-END $$;
+END
+$body$;
+BEGIN
+  EXECUTE format('CREATE FUNCTION cwstore._nodes_inserted_small() RETURNS trigger '
+                 'LANGUAGE plpgsql AS %L',
+                 replace(body, '/*SIZE_GUARD*/',
+                         'IF (SELECT count(*) FROM new_nodes) > 256 THEN RETURN NULL; END IF;'));
+  EXECUTE format('CREATE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger '
+                 'LANGUAGE plpgsql AS %L',
+                 replace(body, '/*SIZE_GUARD*/',
+                         'IF (SELECT count(*) FROM new_nodes) <= 256 THEN RETURN NULL; END IF;'));
+END
+$do$;
 
 -- Bulk imports sort and hash whole batches: give them memory instead of spilling.
-ALTER FUNCTION cwstore._nodes_inserted() SET work_mem = '64MB';
+ALTER FUNCTION cwstore._nodes_inserted_bulk() SET work_mem = '64MB';
 
-CREATE TRIGGER nodes_inserted AFTER INSERT ON cwstore.nodes
+CREATE TRIGGER nodes_inserted_small AFTER INSERT ON cwstore.nodes
   REFERENCING NEW TABLE AS new_nodes
-  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted();
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted_small();
+CREATE TRIGGER nodes_inserted_bulk AFTER INSERT ON cwstore.nodes
+  REFERENCING NEW TABLE AS new_nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted_bulk();
 
 -- ---------------------------------------------------------------------------------
 -- declared frontiers

@@ -87,6 +87,12 @@ DECLARE
   v_new bigint;
   v_bad record;
   v_heads text[];
+  v_ids text[];
+  v_kinds text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_keys text[];
 BEGIN
   IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
@@ -102,41 +108,51 @@ BEGIN
     v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
   END IF;
 
-  SELECT o - 1 AS idx, e ->> 'id' AS nid,
-         CASE
-           WHEN json_typeof(e) <> 'object' THEN 'node must be a JSON object'
-           WHEN EXISTS (SELECT 1 FROM json_object_keys(e) k
-                         WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
-                                         'sequence', 'resourceKey'))
-             THEN 'unknown node field'
-           WHEN json_typeof(e -> 'id') IS DISTINCT FROM 'string' THEN 'id must be a string'
-           WHEN json_typeof(e -> 'kind') IS DISTINCT FROM 'string' THEN 'kind must be a string'
-           WHEN json_typeof(e -> 'parents') IS DISTINCT FROM 'array' THEN 'parents must be an array'
-           WHEN EXISTS (SELECT 1 FROM json_array_elements(e -> 'parents') pe
-                         WHERE json_typeof(pe) <> 'string') THEN 'parents must be string ids'
-           WHEN e -> 'payload' IS NULL THEN 'payload is missing'
-           WHEN json_typeof(e -> 'createdAt') IS DISTINCT FROM 'string' THEN 'createdAt must be a string'
-           WHEN e -> 'resourceKey' IS NOT NULL AND json_typeof(e -> 'resourceKey') <> 'string'
-             THEN 'resourceKey must be a string when present'
-         END AS problem
-    INTO v_bad
-    FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-   WHERE json_typeof(e) <> 'object'
-      OR json_typeof(e -> 'id') IS DISTINCT FROM 'string'
-      OR json_typeof(e -> 'kind') IS DISTINCT FROM 'string'
-      OR json_typeof(e -> 'parents') IS DISTINCT FROM 'array'
-      OR e -> 'payload' IS NULL
-      OR json_typeof(e -> 'createdAt') IS DISTINCT FROM 'string'
-      OR (e -> 'resourceKey' IS NOT NULL AND json_typeof(e -> 'resourceKey') <> 'string')
-      OR EXISTS (SELECT 1 FROM json_object_keys(e) k
-                  WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
-                                  'sequence', 'resourceKey'))
-      OR EXISTS (SELECT 1 FROM json_array_elements(e -> 'parents') pe
-                  WHERE json_typeof(pe) <> 'string')
-   ORDER BY o LIMIT 1;
-  IF FOUND THEN
-    PERFORM cwstore._violation('shape', NULL, v_bad.idx + 1, v_bad.nid,
-                               format('$[%s]', v_bad.idx), v_bad.problem);
+  -- Read the batch once: each node's fields as JSON, checked for their JSON types.
+  -- Parents travel as one JSON text per node (arrays of arrays must be rectangular).
+  SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
+         array_agg(f.parents::text ORDER BY f.o), array_agg(f.payload::text ORDER BY f.o),
+         array_agg(f."createdAt" #>> '{}' ORDER BY f.o),
+         array_agg(f."resourceKey" #>> '{}' ORDER BY f.o),
+         min(f.o) FILTER (WHERE f.problem IS NOT NULL)
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new
+    FROM (SELECT a.o, r.*,
+                 CASE
+                   WHEN json_typeof(a.e) <> 'object' THEN 'node must be a JSON object'
+                   WHEN json_typeof(r.id) IS DISTINCT FROM 'string' THEN 'id must be a string'
+                   WHEN json_typeof(r.kind) IS DISTINCT FROM 'string' THEN 'kind must be a string'
+                   WHEN json_typeof(r.parents) IS DISTINCT FROM 'array'
+                     THEN 'parents must be an array'
+                   WHEN r.payload IS NULL THEN 'payload is missing'
+                   WHEN json_typeof(r."createdAt") IS DISTINCT FROM 'string'
+                     THEN 'createdAt must be a string'
+                   WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
+                     THEN 'resourceKey must be a string when present'
+                   WHEN EXISTS (SELECT 1 FROM json_object_keys(a.e) k
+                                 WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
+                                                 'sequence', 'resourceKey'))
+                     THEN 'unknown node field'
+                   WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
+                                 WHERE json_typeof(pe) <> 'string')
+                     THEN 'parents must be string ids'
+                 END AS problem
+            FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+            CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
+                                                ELSE '{}' END)
+                 AS r(id json, kind json, parents json, payload json, "createdAt" json,
+                      "resourceKey" json)) f;
+  IF v_new IS NOT NULL THEN
+    SELECT e ->> 'id' AS nid INTO v_bad FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+     WHERE a.o = v_new AND json_typeof(e) = 'object';
+    PERFORM cwstore._violation('shape', NULL, v_new, v_bad.nid, format('$[%s]', v_new - 1),
+      (SELECT CASE
+                WHEN json_typeof(e) <> 'object' THEN 'node must be a JSON object'
+                ELSE 'node fields have the wrong JSON types or an unknown field is present'
+              END
+         FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o) WHERE a.o = v_new));
+  END IF;
+  IF v_ids IS NULL THEN
+    v_ids := '{}';
   END IF;
 
   -- The counter row: lock it (create the graph on first use). Held until commit.
@@ -148,37 +164,29 @@ BEGIN
       FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
   END IF;
 
-  WITH batch AS (
-    SELECT DISTINCT ON (e ->> 'id') o, e
-      FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-     ORDER BY e ->> 'id', o
-  ), fresh AS (
-    SELECT b.o, b.e FROM batch b
-     WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
-                        WHERE n.graph_id = v_graph_id AND n.id = b.e ->> 'id')
-  )
-  SELECT count(*) INTO v_new FROM fresh;
+  -- New nodes only (a node the graph holds, or one given twice, is written once),
+  -- numbered from the length read under the lock.
+  INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
+                             created_at_text, resource_key)
+  SELECT v_graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
+         ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
+         v_payloads[b.o], v_created[b.o], v_keys[b.o]
+    FROM (SELECT DISTINCT ON (u.id) u.id, u.o
+            FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+           ORDER BY u.id, u.o) b
+    LEFT JOIN LATERAL (SELECT true AS held FROM cwstore.nodes n
+                        WHERE n.graph_id = v_graph_id AND n.id = b.id LIMIT 1) x ON true
+   WHERE x.held IS NULL
+   ORDER BY b.o;
+  GET DIAGNOSTICS v_new = ROW_COUNT;
 
+  -- Checked after the insert so the batch is read once; raising undoes the insert.
   IF v_new > 0 AND p_expected_length IS NOT NULL AND p_expected_length <> v_len THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
       MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
                        p_expected_length),
       DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
                                   'actual_length', v_len)::text;
-  END IF;
-
-  IF v_new > 0 THEN
-    INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
-                               created_at_text, resource_key)
-    SELECT v_graph_id, v_len + row_number() OVER (ORDER BY f.o), f.e ->> 'id', f.e ->> 'kind',
-           ARRAY(SELECT json_array_elements_text(f.e -> 'parents')),
-           (f.e -> 'payload')::text, f.e ->> 'createdAt', f.e ->> 'resourceKey'
-      FROM (SELECT DISTINCT ON (e ->> 'id') o, e
-              FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-             ORDER BY e ->> 'id', o) f
-     WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
-                        WHERE n.graph_id = v_graph_id AND n.id = f.e ->> 'id')
-     ORDER BY f.o;
   END IF;
 
   IF v_heads IS NOT NULL THEN
@@ -189,9 +197,15 @@ BEGIN
   RETURN QUERY
   SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
          CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END
-    FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = a.e ->> 'id'
-   ORDER BY a.o;
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN LATERAL (SELECT * FROM cwstore.nodes n
+                   WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
+   ORDER BY u.o;
 END $$;
+-- Its statements take arrays and ids as parameters; custom plans would be re-made on
+-- every call, and the generic ones are right for every batch size that takes this path.
+ALTER FUNCTION cwstore.append_v1(text, json, bigint, json)
+  SET plan_cache_mode = force_generic_plan;
+
 COMMENT ON FUNCTION cwstore.append_v1(text, json, bigint, json) IS
   'Append a batch of runtime nodes to a graph (created on first use), optionally declaring the frontier after it. Idempotent by id. Returns each node''s sequence, whether this call wrote it, and for nodes it did not write the stored createdAt and payload.';
