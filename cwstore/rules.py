@@ -414,10 +414,10 @@ def check_nodes(
                     f"id {node_id} does not match the content's identity {expected}",
                 )
 
-        if _is_str(node_id) and node_id not in seen:
-            seen[node_id] = first_sequence + i
-        if rkey is not None and _is_str(node_id):
-            key_heads[rkey] = node_id
+        if nid is not None and nid not in seen:
+            seen[nid] = first_sequence + i
+        if rkey is not None and nid is not None:
+            key_heads[rkey] = nid
     return out
 
 
