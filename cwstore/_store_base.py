@@ -26,6 +26,7 @@ from .errors import (
 )
 from .identity import compute_id
 from .model import AgentState, CausalNode
+from .projection import KeyVersion
 from .rules import (
     NODE_FIELDS,
     Vocabulary,
@@ -45,6 +46,7 @@ __all__ = [
     "check_save",
     "export_text",
     "js_now",
+    "key_version",
     "map_constraint",
     "node_from_row",
     "prepare_batch",
@@ -318,6 +320,21 @@ def stored_nodes(batch: list[dict[str, Any]], rows: Sequence[Any]) -> list[Causa
             )
         )
     return out
+
+
+def key_version(key: str, row: Sequence[Any]) -> KeyVersion:
+    """A ``key_history`` row as a :class:`KeyVersion`."""
+    version, seq, node_id, kind, created_at, recorded_at, payload_text = row
+    return KeyVersion(
+        key=key,
+        version=int(version),
+        sequence=int(seq),
+        id=node_id,
+        kind=kind,
+        created_at=created_at,
+        recorded_at=recorded_at,
+        payload=jsontext.loads(payload_text),
+    )
 
 
 def export_text(node_texts: Iterable[str], frontier: Sequence[str]) -> str:

@@ -239,7 +239,7 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p.set_defaults(func=cmd_server)
 
     try:
-        from . import cli_read  # type: ignore[attr-defined]
+        from . import cli_read
     except ImportError:  # pragma: no cover
         return
     cli_read.register(sub, add_dsn)

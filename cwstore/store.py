@@ -28,6 +28,7 @@ from ._store_base import (
     as_document,
     check_save,
     export_text,
+    key_version,
     map_constraint,
     node_from_row,
     prepare_batch,
@@ -37,6 +38,7 @@ from ._store_base import (
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError
 from .model import AgentState, CausalNode
+from .projection import KeyVersion, Projection
 from .rules import Vocabulary
 
 __all__ = ["Store", "connect_sync"]
@@ -270,6 +272,22 @@ class Store:
         with self._conn() as conn:
             g = self._graph(conn, graph)
             return [r[0] for r in conn.execute(q("frontier_now"), (g[0],)).fetchall()]
+
+    # --- reading state ---------------------------------------------------------------------
+
+    def project(self, graph: str, as_of: int | datetime | None = None) -> Projection:
+        """The projection now or as of a sequence or time (see the async twin)."""
+        with self._snapshot() as conn:
+            _, seq = self._prefix(conn, graph, as_of)
+            value = self._one(conn, q("projection"), graph, seq)
+        return Projection.from_row(graph, value)
+
+    def history(self, graph: str, key: str) -> list[KeyVersion]:
+        """Every version of a resource or semantic key, oldest first."""
+        with self._conn() as conn:
+            g = self._graph(conn, graph)
+            rows = conn.execute(q("key_history"), (g[0], key)).fetchall()
+        return [key_version(key, r) for r in rows]
 
     # --- following -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from ._store_base import (
     as_document,
     check_save,
     export_text,
+    key_version,
     map_constraint,
     node_from_row,
     prepare_batch,
@@ -39,6 +40,7 @@ from ._store_base import (
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError
 from .model import AgentState, CausalNode
+from .projection import KeyVersion, Projection
 from .rules import Vocabulary
 
 __all__ = ["AsyncStore", "connect"]
@@ -302,6 +304,29 @@ class AsyncStore:
         async with self._conn() as conn:
             g = await self._graph(conn, graph)
             return [r[0] for r in await conn.fetch(q("frontier_now"), g["graph_id"])]
+
+    # --- reading state ---------------------------------------------------------------------
+
+    async def project(self, graph: str, as_of: int | datetime | None = None) -> Projection:
+        """The projection now or as of a sequence or time (see :class:`Projection`).
+
+        Read from the database's materialized tables with index lookups: its cost does
+        not grow with the graph's length.
+        """
+        async with (
+            self._conn() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            _, seq = await self._prefix(conn, graph, as_of)
+            value = await conn.fetchval(q("projection"), graph, seq)
+        return Projection.from_row(graph, value)
+
+    async def history(self, graph: str, key: str) -> list[KeyVersion]:
+        """Every version of a resource or semantic key, oldest first."""
+        async with self._conn() as conn:
+            g = await self._graph(conn, graph)
+            rows = await conn.fetch(q("key_history"), g["graph_id"], key)
+        return [key_version(key, r) for r in rows]
 
     # --- following -------------------------------------------------------------------------
 

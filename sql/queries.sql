@@ -79,3 +79,15 @@ SELECT n.xid::text, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payloa
    AND n.xid < pg_snapshot_xmin(pg_current_snapshot())
  ORDER BY n.xid, n.graph_id, n.seq
  LIMIT $4
+
+-- name: projection
+-- The projection of graph $1 after sequence $2 (NULL = now), as jsonb.
+SELECT cwstore.projection_v1($1, $2)
+
+-- name: key_history
+-- Every version of key $2 in graph $1, oldest first.
+SELECT v.version, n.seq, n.id, n.kind, n.created_at_text, n.recorded_at, n.payload_text
+  FROM cwstore.key_versions v
+  JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
+ WHERE v.graph_id = $1 AND v.key = $2
+ ORDER BY v.version

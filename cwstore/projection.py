@@ -1,0 +1,162 @@
+"""Projection: the state a reader works from, now or as of any point (SPEC section 8).
+
+The database computes it in one call (``cwstore.projection_v1``) from its materialized
+tables: frontier spans, key versions and running counts, all index lookups, so the
+cost does not grow with the graph's length. This module only turns that answer into
+typed values; payloads travel as their exact JSON text and are parsed here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import jsontext
+
+__all__ = ["FrontierHead", "KeyVersion", "MemoryEntry", "NodeRef", "Projection", "ResourceHead"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRef:
+    """A node of the projection: its id, sequence, kind and payload."""
+
+    id: str
+    sequence: int
+    kind: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierHead(NodeRef):
+    """One active head of the graph."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceHead(NodeRef):
+    """The newest version of a resource key; ``version`` counts from 1 along the chain."""
+
+    key: str = ""
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEntry:
+    """The newest value of one semantic key."""
+
+    type: str
+    key: str
+    content: Any
+    version: int
+    sequence: int
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVersion:
+    """One version of a key in its history (``cwstore history``)."""
+
+    key: str
+    version: int
+    sequence: int
+    id: str
+    kind: str
+    created_at: str
+    recorded_at: datetime
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """The graph as of ``length`` nodes.
+
+    ``semantic`` is memory as type -> key -> content
+    (``projection.semantic["memory"]["style"]``); ``memory`` keeps the same entries with
+    their versions and nodes; ``resources`` maps each non-semantic resource key to its
+    newest version.
+    """
+
+    graph: str
+    length: int
+    frontier: tuple[FrontierHead, ...]
+    resources: dict[str, ResourceHead]
+    semantic: dict[str, dict[str, Any]]
+    memory: tuple[MemoryEntry, ...]
+    latest_goal: NodeRef | None
+    latest_answer: NodeRef | None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, graph: str, value: Any) -> Projection:
+        """Build from ``projection_v1``'s jsonb (text from asyncpg, dict from psycopg)."""
+        d: dict[str, Any] = json.loads(value) if isinstance(value, str) else value
+        memory = tuple(
+            MemoryEntry(
+                type=m["type"],
+                key=m["key"],
+                content=jsontext.loads(m["content_text"]) if m["content_text"] else None,
+                version=int(m["version"]),
+                sequence=int(m["seq"]),
+                id=m["id"],
+            )
+            for m in d["semantic"]
+        )
+        semantic: dict[str, dict[str, Any]] = {}
+        for m in memory:
+            semantic.setdefault(m.type, {})[m.key] = m.content
+        return cls(
+            graph=graph,
+            length=int(d["length"]),
+            frontier=tuple(
+                FrontierHead(f["id"], int(f["seq"]), f["kind"], jsontext.loads(f["payload_text"]))
+                for f in d["frontier"]
+            ),
+            resources={
+                r["key"]: ResourceHead(
+                    r["id"],
+                    int(r["seq"]),
+                    r["kind"],
+                    jsontext.loads(r["payload_text"]),
+                    key=r["key"],
+                    version=int(r["version"]),
+                )
+                for r in d["resources"]
+            },
+            semantic=semantic,
+            memory=memory,
+            latest_goal=_ref(d.get("latest_goal"), "goal"),
+            latest_answer=_ref(d.get("latest_answer"), "answer"),
+            counts={k: int(v) for k, v in d["counts"].items()},
+        )
+
+    def to_json_obj(self) -> dict[str, Any]:
+        """Plain JSON values, for ``cwstore project --json``."""
+        return {
+            "graph": self.graph,
+            "length": self.length,
+            "frontier": [
+                {"id": f.id, "sequence": f.sequence, "kind": f.kind, "payload": f.payload}
+                for f in self.frontier
+            ],
+            "resources": {
+                k: {"version": r.version, "sequence": r.sequence, "id": r.id, "payload": r.payload}
+                for k, r in self.resources.items()
+            },
+            "semantic": self.semantic,
+            "latest_goal": _ref_obj(self.latest_goal),
+            "latest_answer": _ref_obj(self.latest_answer),
+            "counts": self.counts,
+        }
+
+
+def _ref(value: Any, kind: str) -> NodeRef | None:
+    if not value:
+        return None
+    return NodeRef(value["id"], int(value["seq"]), kind, jsontext.loads(value["payload_text"]))
+
+
+def _ref_obj(ref: NodeRef | None) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {"id": ref.id, "sequence": ref.sequence, "payload": ref.payload}
