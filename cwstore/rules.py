@@ -57,8 +57,8 @@ _REQUIRED_NODE_FIELDS = NODE_FIELDS[:-1]
 _TOP_FIELDS = ("version", "nodes", "frontier")
 _KIND_SET = frozenset(KINDS)
 
-SEMANTIC_TYPE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,47}$")
-SEMANTIC_KEY_RE = re.compile(r"^[a-z0-9_./:-]{1,120}$")
+SEMANTIC_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,47}\Z")
+SEMANTIC_KEY_RE = re.compile(r"[a-z0-9_./:-]{1,120}\Z")
 SEMANTIC_CONTENT_MAX = 100_000
 MAX_VOCABULARY = 32
 

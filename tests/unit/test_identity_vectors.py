@@ -85,11 +85,19 @@ def _refused(case: dict[str, Any], value: Any) -> bool:
     return any(True for _ in problems(value))
 
 
+def _assert_refused_as_unrepresentable(value: Any) -> None:
+    """cwstore refuses what it cannot hash as the runtime does, and says why."""
+    from cwstore.jsontext import problems
+
+    assert {code for code, _, _ in problems(value)} == {"unrepresentable"}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_canonical_json(case: dict[str, Any]) -> None:
     node = _identity_dict(case["input"])
     if _refused(case, node):
-        pytest.skip(f"cwstore refuses this input: {case['refusable']}")
+        _assert_refused_as_unrepresentable(node)
+        return
     assert canonical_json(node) == case["canonical"]
 
 
@@ -97,7 +105,8 @@ def test_canonical_json(case: dict[str, Any]) -> None:
 def test_compute_id(case: dict[str, Any]) -> None:
     inp = case["input"]
     if _refused(case, _identity_dict(inp)):
-        pytest.skip(f"cwstore refuses this input: {case['refusable']}")
+        _assert_refused_as_unrepresentable(_identity_dict(inp))
+        return
     got = compute_id(inp["kind"], inp["parents"], inp["payload"], inp.get("resourceKey"))
     assert got == case["id"]
 
@@ -107,7 +116,8 @@ def test_payload_text(case: dict[str, Any]) -> None:
     payload = json.loads(case["json"])
     node = {"kind": "tool_result", "parents": [], "payload": payload}
     if _refused(case, node):
-        pytest.skip(f"cwstore refuses this input: {case['refusable']}")
+        _assert_refused_as_unrepresentable(node)
+        return
     assert canonical_json(node) == case["canonical"]
     assert compute_id("tool_result", [], payload) == case["id"]
 
