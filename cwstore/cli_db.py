@@ -243,3 +243,9 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     except ImportError:  # pragma: no cover
         return
     cli_read.register(sub, add_dsn)
+
+    try:
+        from . import demo
+    except ImportError:  # pragma: no cover
+        return
+    demo.register(sub, add_dsn)

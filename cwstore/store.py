@@ -335,7 +335,7 @@ class Store:
                 while True:
                     rows = conn.execute(
                         q("tail_all"),
-                        (str(cursor.xid), cursor.graph_id, cursor.seq, _TAIL_BATCH),
+                        (cursor.xid, cursor.graph_id, cursor.seq, _TAIL_BATCH),
                     ).fetchall()
                     for r in rows:
                         cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))

@@ -383,7 +383,7 @@ class AsyncStore:
                 event.clear()
                 try:
                     rows = await conn.fetch(
-                        q("tail_all"), str(cursor.xid), cursor.graph_id, cursor.seq, _TAIL_BATCH
+                        q("tail_all"), cursor.xid, cursor.graph_id, cursor.seq, _TAIL_BATCH
                     )
                 except _DB_ERRORS as exc:
                     raise _wrap(exc) from exc

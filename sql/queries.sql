@@ -72,11 +72,11 @@ SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
 -- name: tail_all
 -- Up to $4 nodes of every graph after cursor ($1 xid, $2 graph, $3 seq), only from
 -- transactions older than every running one, so none can commit behind the cursor.
-SELECT n.xid::text, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text,
+SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text,
        n.created_at_text, n.resource_key
   FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
- WHERE (n.xid, n.graph_id, n.seq) > ($1::text::xid8, $2, $3)
-   AND n.xid < pg_snapshot_xmin(pg_current_snapshot())
+ WHERE n.xid >= $1 AND (n.xid, n.graph_id, n.seq) > ($1, $2, $3)
+   AND n.xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
  ORDER BY n.xid, n.graph_id, n.seq
  LIMIT $4
 

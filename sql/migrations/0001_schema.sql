@@ -101,12 +101,11 @@ CREATE TABLE cwstore.nodes (
   kind             text NOT NULL,
   parents          text[] NOT NULL,
   payload_text     text NOT NULL,
-  payload          jsonb GENERATED ALWAYS AS (cwstore.payload_jsonb(payload_text)) STORED,
   created_at_text  text NOT NULL,
   created_at       timestamptz GENERATED ALWAYS AS (cwstore.parse_time(created_at_text)) STORED,
   resource_key     text,
   recorded_at      timestamptz NOT NULL DEFAULT now(),
-  xid              xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  xid              bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
   CONSTRAINT nodes_pkey PRIMARY KEY (graph_id, seq),
   CONSTRAINT nodes_id_key UNIQUE (graph_id, id),
   CONSTRAINT nodes_seq_check CHECK (seq >= 1),
@@ -118,12 +117,12 @@ CREATE TABLE cwstore.nodes (
   CONSTRAINT nodes_resource_key_check CHECK (resource_key <> '')
 );
 COMMENT ON TABLE cwstore.nodes IS
-  'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000); payload is a queryable jsonb copy. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid the writing transaction (for tail_all).';
+  'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid the writing transaction (64-bit, for tail_all).';
 
-CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at, seq);
-CREATE INDEX nodes_key_idx ON cwstore.nodes (graph_id, resource_key, seq)
-  WHERE resource_key IS NOT NULL;
-CREATE INDEX nodes_xid_idx ON cwstore.nodes (xid, graph_id, seq);
+CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at);
+-- Transactions write their rows together and xids grow with time, so a block-range
+-- index finds "rows after this xid" at almost no cost to writers.
+CREATE INDEX nodes_xid_idx ON cwstore.nodes USING brin (xid) WITH (autosummarize = on);
 
 CREATE TABLE cwstore.edges (
   graph_id    bigint NOT NULL,
@@ -172,7 +171,6 @@ CREATE TABLE cwstore.key_versions (
   node_seq  bigint NOT NULL,
   to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
   CONSTRAINT key_versions_pkey PRIMARY KEY (graph_id, key, version),
-  CONSTRAINT key_versions_node_key UNIQUE (graph_id, node_seq),
   CONSTRAINT key_versions_check CHECK (node_seq < to_seq AND version >= 1)
 );
 CREATE INDEX key_versions_seq_idx ON cwstore.key_versions (graph_id, key, node_seq);
@@ -348,10 +346,12 @@ BEGIN
   -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
   SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
     INTO r
-    FROM new_nodes n
+    FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
+                 cwstore.payload_jsonb(n.payload_text) AS payload
+            FROM new_nodes n WHERE n.kind = 'semantic') n
     JOIN LATERAL (SELECT g.vocabulary FROM cwstore.graphs g
                    WHERE g.graph_id = n.graph_id LIMIT 1) g ON true
-   WHERE n.kind = 'semantic' AND NOT (
+   WHERE NOT (
          jsonb_typeof(n.payload) = 'object'
      AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
          = ARRAY['content', 'key', 'type']
