@@ -56,11 +56,22 @@ def _js_index(key: str) -> int | None:
     return None
 
 
+_ORDER_CACHE: dict[tuple[str, ...], list[str]] = {}
+_ORDER_CACHE_MAX = 50_000
+
+
 def key_order(obj: dict[str, Any]) -> list[str]:
-    """The keys of ``obj`` in the order the runtime's serialization writes them."""
-    keys = list(obj)
-    if len(keys) < 2:
-        return keys
+    """The keys of ``obj`` in the order the runtime's serialization writes them.
+
+    Payloads of one kind repeat the same keys, so orders are cached per key tuple.
+    """
+    given = tuple(obj)
+    if len(given) < 2:
+        return list(given)
+    cached = _ORDER_CACHE.get(given)
+    if cached is not None:
+        return cached
+    keys = list(given)
     # JavaScript property order first (integer-like keys ascending, then insertion),
     # then a stable sort by collation.
     if any(k[:1].isdigit() for k in keys):
@@ -69,6 +80,9 @@ def key_order(obj: dict[str, Any]) -> list[str]:
             rest = [k for k in keys if _js_index(k) is None]
             keys = [k for _, k in indexed] + rest
     keys.sort(key=_sort_key)
+    if len(_ORDER_CACHE) >= _ORDER_CACHE_MAX:
+        _ORDER_CACHE.clear()
+    _ORDER_CACHE[given] = keys
     return keys
 
 

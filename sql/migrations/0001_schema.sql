@@ -40,10 +40,35 @@ $$;
 COMMENT ON FUNCTION cwstore.payload_jsonb(text) IS
   'jsonb copy of an exact payload text (U+0000 shown as U+FFFD).';
 
+-- PostgreSQL's JSON functions refuse the escape \u0000 when they read a document. To
+-- pass such a document through them, _nul_hide rewrites it reversibly: escaped
+-- backslashes are doubled and each \u0000 becomes an escaped backslash followed by
+-- "u0000"; _nul_show undoes it on any member's text taken out of the hidden document.
+CREATE FUNCTION cwstore._nul_hide(doc text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT replace(replace(replace(doc, '\\', E'\x01'), '\u0000', '\\u0000'),
+                 E'\x01', '\\\\')
+$$;
+
+CREATE FUNCTION cwstore._nul_show(doc text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT replace(replace(replace(doc, '\\\\', E'\x01'), '\\u0000', '\u0000'),
+                 E'\x01', '\\')
+$$;
+
 -- createdAt is checked to be RFC 3339 with an explicit zone, so parsing it does not
 -- depend on the session's TimeZone or DateStyle; that is what makes IMMUTABLE true.
+-- PostgreSQL keeps microseconds; a createdAt with more digits is rounded UP to the next
+-- microsecond, so "createdAt <= T" stays exact for any T PostgreSQL can hold.
 CREATE FUNCTION cwstore.parse_time(created_at text) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT created_at::timestamptz $$;
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE
+    WHEN created_at !~ '\.\d{7}' THEN created_at::timestamptz
+    ELSE regexp_replace(created_at, '(\.\d{6})\d+', '\1')::timestamptz
+         + CASE WHEN substring(created_at FROM '\.\d{6}(\d+)') ~ '[1-9]'
+                THEN interval '1 microsecond' ELSE interval '0' END
+  END
+$$;
 
 CREATE FUNCTION cwstore.span_box(graph_id bigint, from_seq bigint, to_seq bigint) RETURNS box
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
@@ -117,7 +142,7 @@ CREATE TABLE cwstore.nodes (
   CONSTRAINT nodes_resource_key_check CHECK (resource_key <> '')
 );
 COMMENT ON TABLE cwstore.nodes IS
-  'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid the writing transaction (64-bit, for tail_all).';
+  'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid orders the all-graphs feed: the writing transaction''s 64-bit id, raised when needed to the graph''s previous node''s so it never goes back within a graph (append_v1 does this; see tail_all).';
 
 CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at);
 -- Transactions write their rows together and xids grow with time, so a block-range
@@ -320,30 +345,16 @@ DECLARE
   body constant text := $body$
 DECLARE
   r record;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
 BEGIN
+  SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
+    INTO v_rows, v_semantic, v_keyed FROM new_nodes;
   /*SIZE_GUARD*/
 
-  -- Gapless: each graph's new rows are exactly length+1 .. length+count.
-  SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
-    INTO r
-    FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-            FROM new_nodes GROUP BY graph_id) x
-    LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
-                        WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
-   WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
-   LIMIT 1;
-  IF FOUND THEN
-    IF r.missing THEN
-      RAISE EXCEPTION USING ERRCODE = 'CW404',
-        MESSAGE = format('graph id %s does not exist', r.graph_id),
-        DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
-    END IF;
-    PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
-      format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-             r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
-  END IF;
-
   -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
+  IF v_semantic THEN
   SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
     INTO r
     FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
@@ -379,13 +390,14 @@ BEGIN
     PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
       'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
   END IF;
+  END IF;
 
   -- Parents: resolve, check existence, order and uniqueness, and record the edges; then
   -- close the frontier spans of parents and open spans for the new heads (SPEC 4's fold:
   -- semantic nodes and parentless system nodes leave the frontier alone).
   WITH p AS (
     SELECT n.graph_id, n.seq AS child_seq, n.id AS child_id, u.ord::integer - 1 AS position,
-           u.pid, lag(u.pid) OVER (PARTITION BY n.graph_id, n.seq ORDER BY u.ord) AS prev_pid,
+           u.pid, n.parents[u.ord - 1] AS prev_pid,
            NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
              AS folds
       FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS u(pid, ord)
@@ -405,8 +417,13 @@ BEGIN
              ELSE m.seq
            END AS parent_seq
       FROM p
-      LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
-                          WHERE m.graph_id = p.graph_id AND m.id = p.pid LIMIT 1) m ON true
+      -- Parents in the batch itself are found by a join with it; only the others are
+      -- looked up one by one in the index (never a scan of the whole table).
+      LEFT JOIN new_nodes b ON b.graph_id = p.graph_id AND b.id = p.pid
+      LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                                 WHERE m.graph_id = p.graph_id
+                                                   AND m.id = p.pid LIMIT 1)) AS seq) m
+        ON true
   ), ins AS (
     INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
     SELECT graph_id, child_seq, position, parent_seq FROM resolved
@@ -429,6 +446,7 @@ BEGIN
   -- Resource chains: the first new version of a key must link to the key's head, each
   -- later one in the batch to the one before it. A node that does not is a lost race
   -- (CW410), whoever wrote it.
+  IF v_keyed THEN
   WITH k AS (
     SELECT k.*, h.version AS base_version, h.head_seq,
            CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
@@ -465,25 +483,55 @@ BEGIN
     FROM checked WHERE next_seq IS NULL
   ON CONFLICT (graph_id, key) DO UPDATE
     SET head_seq = excluded.head_seq, head_id = excluded.head_id, version = excluded.version;
+  END IF;
 
   -- Running counts by kind.
+  WITH base AS MATERIALIZED (
+    SELECT d.graph_id, d.kind,
+           coalesce((SELECT k.n FROM cwstore.kind_counts k
+                      WHERE k.graph_id = d.graph_id AND k.kind = d.kind
+                      ORDER BY k.seq DESC LIMIT 1), 0) AS n
+      FROM (SELECT DISTINCT graph_id, kind FROM new_nodes) d
+  )
   INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
   SELECT n.graph_id, n.kind, n.seq,
          b.n + row_number() OVER (PARTITION BY n.graph_id, n.kind ORDER BY n.seq)
-    FROM new_nodes n
-    JOIN (SELECT d.graph_id, d.kind,
-                 coalesce((SELECT k.n FROM cwstore.kind_counts k
-                            WHERE k.graph_id = d.graph_id AND k.kind = d.kind
-                            ORDER BY k.seq DESC LIMIT 1), 0) AS n
-            FROM (SELECT DISTINCT graph_id, kind FROM new_nodes) d) b
-      ON b.graph_id = n.graph_id AND b.kind = n.kind;
+    FROM new_nodes n JOIN base b ON b.graph_id = n.graph_id AND b.kind = n.kind;
 
-  UPDATE cwstore.graphs g SET length = x.hi
-    FROM (SELECT graph_id, max(seq) AS hi FROM new_nodes GROUP BY graph_id) x
-   WHERE g.graph_id = x.graph_id;
-
-  PERFORM pg_notify('cwstore', graph_id::text || ':' || max(seq)::text)
-     FROM new_nodes GROUP BY graph_id;
+  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
+  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
+  WITH x AS (
+    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+      FROM new_nodes GROUP BY graph_id
+  ), u AS (
+    UPDATE cwstore.graphs g SET length = x.hi
+      FROM x
+     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
+    RETURNING g.graph_id, g.length
+  ), woken AS (
+    SELECT pg_notify('cwstore', u.graph_id || ':' || u.length) FROM u
+  )
+  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
+  IF v_rows > 0 THEN
+    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
+      INTO r
+      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+              FROM new_nodes GROUP BY graph_id) x
+      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
+                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
+     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
+     LIMIT 1;
+    IF FOUND THEN
+      IF r.missing THEN
+        RAISE EXCEPTION USING ERRCODE = 'CW404',
+          MESSAGE = format('graph id %s does not exist', r.graph_id),
+          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+      END IF;
+      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+    END IF;
+  END IF;
   RETURN NULL;
 END
 $body$;
@@ -491,11 +539,11 @@ BEGIN
   EXECUTE format('CREATE FUNCTION cwstore._nodes_inserted_small() RETURNS trigger '
                  'LANGUAGE plpgsql AS %L',
                  replace(body, '/*SIZE_GUARD*/',
-                         'IF (SELECT count(*) FROM new_nodes) > 256 THEN RETURN NULL; END IF;'));
+                         'IF v_rows > 256 OR v_rows = 0 THEN RETURN NULL; END IF;'));
   EXECUTE format('CREATE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger '
                  'LANGUAGE plpgsql AS %L',
                  replace(body, '/*SIZE_GUARD*/',
-                         'IF (SELECT count(*) FROM new_nodes) <= 256 THEN RETURN NULL; END IF;'));
+                         'IF v_rows <= 256 THEN RETURN NULL; END IF;'));
 END
 $do$;
 

@@ -72,7 +72,8 @@ $$;
 --   frontier: NULL (the fold applies) or a JSON array of ids, the frontier after
 --   the batch.
 --   Nodes whose id the graph already holds are returned as stored and not written
---   (idempotent retries); if every node exists, expected_length is not checked.
+--   (idempotent retries); if every node exists, expected_length is not checked, and
+--   the frontier is declared only when expected_length is NULL or current.
 --   Locks: the graph row (FOR UPDATE) until commit; nothing else.
 --   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
 CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
@@ -85,7 +86,9 @@ DECLARE
   v_graph_id bigint;
   v_len bigint;
   v_new bigint;
-  v_bad record;
+  v_problem text;
+  v_bad_id text;
+  v_hidden boolean := false;
   v_heads text[];
   v_ids text[];
   v_kinds text[];
@@ -108,33 +111,62 @@ BEGIN
     v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
   END IF;
 
-  -- Read the batch once: each node's fields as JSON, checked for their JSON types.
-  -- Parents travel as one JSON text per node (arrays of arrays must be rectangular).
+  -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
+  IF strpos(p_nodes::text, '\u0000') > 0 THEN
+    v_hidden := true;
+    p_nodes := cwstore._nul_hide(p_nodes::text)::json;
+  END IF;
+
+  -- Read the batch once: each node's fields as JSON, checked for their JSON types and
+  -- for what the table's constraints would refuse, so every client gets a CW400 with
+  -- the safeguard code and the node's position.
   SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
-         array_agg(f.parents::text ORDER BY f.o), array_agg(f.payload::text ORDER BY f.o),
+         array_agg(f.parents::text ORDER BY f.o),
+         array_agg(CASE WHEN v_hidden THEN cwstore._nul_show(f.payload::text)
+                        ELSE f.payload::text END ORDER BY f.o),
          array_agg(f."createdAt" #>> '{}' ORDER BY f.o),
          array_agg(f."resourceKey" #>> '{}' ORDER BY f.o),
-         min(f.o) FILTER (WHERE f.problem IS NOT NULL)
-    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new
+         min(f.o) FILTER (WHERE f.problem IS NOT NULL),
+         (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
+         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
+            FILTER (WHERE f.problem IS NOT NULL))[1]
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new, v_problem, v_bad_id
     FROM (SELECT a.o, r.*,
                  CASE
-                   WHEN json_typeof(a.e) <> 'object' THEN 'node must be a JSON object'
-                   WHEN json_typeof(r.id) IS DISTINCT FROM 'string' THEN 'id must be a string'
-                   WHEN json_typeof(r.kind) IS DISTINCT FROM 'string' THEN 'kind must be a string'
+                   WHEN json_typeof(a.e) <> 'object' THEN 'shape|node must be a JSON object'
+                   WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
+                     THEN 'shape|id must be a string'
+                   WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
+                     THEN 'shape|kind must be a string'
                    WHEN json_typeof(r.parents) IS DISTINCT FROM 'array'
-                     THEN 'parents must be an array'
-                   WHEN r.payload IS NULL THEN 'payload is missing'
+                     THEN 'shape|parents must be an array'
+                   WHEN r.payload IS NULL THEN 'shape|payload is missing'
                    WHEN json_typeof(r."createdAt") IS DISTINCT FROM 'string'
-                     THEN 'createdAt must be a string'
+                     THEN 'shape|createdAt must be a string'
                    WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
-                     THEN 'resourceKey must be a string when present'
+                     THEN 'shape|resourceKey must be a string when present'
                    WHEN EXISTS (SELECT 1 FROM json_object_keys(a.e) k
                                  WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
                                                  'sequence', 'resourceKey'))
-                     THEN 'unknown node field'
+                     THEN 'shape|unknown node field'
                    WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
                                  WHERE json_typeof(pe) <> 'string')
-                     THEN 'parents must be string ids'
+                     THEN 'shape|parents must be string ids'
+                   WHEN v_hidden AND strpos(r.id::text || r.kind::text || r."createdAt"::text
+                                            || coalesce(r."resourceKey"::text, '')
+                                            || r.parents::text, '\\u0000') > 0
+                     THEN 'unrepresentable|U+0000 outside a payload cannot be stored'
+                   WHEN (r.kind #>> '{}') NOT IN ('system', 'goal', 'inference', 'answer',
+                          'tool_call', 'tool_result', 'resource', 'semantic', 'protocol_error',
+                          'verification')
+                     THEN 'kind|kind is not one of the ten'
+                   WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
+                     THEN 'identity|id must be cw_ and 24 lowercase hex digits'
+                   WHEN (r."createdAt" #>> '{}') !~
+                        '^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$'
+                     THEN 'created_at|createdAt is not an RFC 3339 timestamp with a zone'
+                   WHEN (r."resourceKey" #>> '{}') = ''
+                     THEN 'shape|resourceKey must not be empty'
                  END AS problem
             FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
             CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
@@ -142,14 +174,8 @@ BEGIN
                  AS r(id json, kind json, parents json, payload json, "createdAt" json,
                       "resourceKey" json)) f;
   IF v_new IS NOT NULL THEN
-    SELECT e ->> 'id' AS nid INTO v_bad FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-     WHERE a.o = v_new AND json_typeof(e) = 'object';
-    PERFORM cwstore._violation('shape', NULL, v_new, v_bad.nid, format('$[%s]', v_new - 1),
-      (SELECT CASE
-                WHEN json_typeof(e) <> 'object' THEN 'node must be a JSON object'
-                ELSE 'node fields have the wrong JSON types or an unknown field is present'
-              END
-         FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o) WHERE a.o = v_new));
+    PERFORM cwstore._violation(split_part(v_problem, '|', 1), NULL, v_new, v_bad_id,
+                               format('$[%s]', v_new - 1), split_part(v_problem, '|', 2));
   END IF;
   IF v_ids IS NULL THEN
     v_ids := '{}';
@@ -166,11 +192,17 @@ BEGIN
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
   -- numbered from the length read under the lock.
+  -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
+  -- may hold an xid older than the one that wrote the previous node), so it is the
+  -- greater of this transaction's and the graph's last node's.
   INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
-                             created_at_text, resource_key)
+                             created_at_text, resource_key, xid)
   SELECT v_graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
          ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
-         v_payloads[b.o], v_created[b.o], v_keys[b.o]
+         v_payloads[b.o], v_created[b.o], v_keys[b.o],
+         greatest(pg_current_xact_id()::text::bigint,
+                  (SELECT l.xid FROM cwstore.nodes l
+                    WHERE l.graph_id = v_graph_id AND l.seq = v_len))
     FROM (SELECT DISTINCT ON (u.id) u.id, u.o
             FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
            ORDER BY u.id, u.o) b
@@ -189,7 +221,16 @@ BEGIN
                                   'actual_length', v_len)::text;
   END IF;
 
-  IF v_heads IS NOT NULL THEN
+  -- The declared frontier is recorded after new nodes. When this call wrote nothing it
+  -- is recorded only if it changes the frontier and expected_length is NULL or current:
+  -- a retry after others moved on must not move their frontier back.
+  IF v_heads IS NOT NULL AND (v_new > 0 OR (
+         (p_expected_length IS NULL OR p_expected_length = v_len)
+     AND v_heads IS DISTINCT FROM (
+           SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
+             FROM cwstore.frontier_spans s
+             JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+            WHERE s.graph_id = v_graph_id AND s.to_seq = 9223372036854775807))) THEN
     INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
     VALUES (v_graph_id, v_len + v_new, v_heads);
   END IF;
