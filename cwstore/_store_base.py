@@ -8,7 +8,7 @@ two stores stay twins without duplicating logic.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, LiteralString, cast
@@ -34,12 +34,14 @@ from .rules import (
     parse_document,
     sort_parents,
     validate,
+    validate_in_slices,
 )
 
 __all__ = [
     "Cursor",
     "DivergedError",
     "GraphInfo",
+    "ImportPlan",
     "PreparedBatch",
     "TailItem",
     "as_document",
@@ -169,6 +171,52 @@ def as_document(state: Any, vocabulary: Vocabulary | None = None) -> dict[str, A
     if violations:
         raise ValidationError(violations)
     return cast(dict[str, Any], doc)
+
+
+class ImportPlan:
+    """A document to import, checked a slice at a time while the slices stream.
+
+    :meth:`records` yields COPY rows for slices that passed, keeps checking after a
+    violation without yielding more, and raises :class:`ValidationError` with every
+    violation after the last slice, which aborts the COPY: nothing is written, and
+    the database works on one slice while the next is checked.
+    """
+
+    SLICE = 5000
+
+    def __init__(self, state: Any, vocabulary: Vocabulary | None = None) -> None:
+        if isinstance(state, AgentState):
+            state = state.to_obj()
+        elif isinstance(state, str | bytes | bytearray):
+            state = parse_document(bytes(state) if isinstance(state, bytearray) else state)
+        self.doc: Any = state
+        self.vocabulary = vocabulary or Vocabulary.dynamic()
+        self.count = 0
+
+    def records(self, graph_id: int) -> Iterator[tuple[Any, ...]]:
+        violations: list[Violation] = []
+        for part, found in validate_in_slices(self.doc, self.vocabulary, self.SLICE):
+            violations.extend(found)
+            if violations:
+                continue
+            for n in part:
+                yield (
+                    graph_id,
+                    int(n["sequence"]),
+                    n["id"],
+                    n["kind"],
+                    n["parents"],
+                    jsontext.dumps(n["payload"]),
+                    n["createdAt"],
+                    n.get("resourceKey"),
+                )
+            self.count += len(part)
+        if violations:
+            raise ValidationError(violations)
+
+    @property
+    def frontier(self) -> list[str]:
+        return list(self.doc["frontier"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -32,6 +32,7 @@ from .model import KINDS, AgentState, CausalNode
 __all__ = [
     "BUILTIN_TYPES",
     "NODE_FIELDS",
+    "CheckState",
     "Vocabulary",
     "check_nodes",
     "fold_frontier",
@@ -41,6 +42,7 @@ __all__ = [
     "semantic_resource_key",
     "sort_parents",
     "validate",
+    "validate_in_slices",
 ]
 
 BUILTIN_TYPES: tuple[str, ...] = ("memory", "preference", "wisdom", "artifact")
@@ -233,6 +235,32 @@ def _json_length(value: Any) -> int:
     return len(text) if text.isascii() else len(_utf16(text)) // 2
 
 
+@dataclass
+class CheckState:
+    """What :func:`check_nodes` has learnt so far, for checking a list in slices.
+
+    ``seen`` maps ids to sequences, ``heads`` each resource key to its head, and
+    ``all_ids`` holds every id of the whole list (to tell a later parent from a
+    missing one).
+    """
+
+    seen: dict[str, int] = field(default_factory=dict)
+    heads: dict[str, str] = field(default_factory=dict)
+    all_ids: set[Any] | None = None
+
+    @classmethod
+    def for_document(cls, nodes: Sequence[Any]) -> CheckState:
+        return cls(all_ids=_ids_of(nodes))
+
+
+def _ids_of(nodes: Sequence[Any]) -> set[Any]:
+    return {
+        n.get("id")
+        for n in (_as_obj(x) for x in nodes)
+        if isinstance(n, dict) and _is_str(n.get("id"))
+    }
+
+
 def check_nodes(
     nodes: Sequence[Any],
     *,
@@ -242,22 +270,26 @@ def check_nodes(
     first_sequence: int = 1,
     path: str = "$.nodes",
     require_sequence: bool = True,
+    state: CheckState | None = None,
+    offset: int = 0,
 ) -> list[Violation]:
     """Check nodes in order against what came before them.
 
     ``known_ids`` maps ids already in the graph to their sequence, ``heads`` maps each
     resource key to its current head; the node at list index ``i`` must carry
-    ``sequence == first_sequence + i`` when ``require_sequence``.
+    ``sequence == first_sequence + i`` when ``require_sequence``. To check a long list
+    in slices (while a bulk load streams), pass the same ``state`` and each slice's
+    ``offset`` in the whole list.
     """
     out: list[Violation] = []
-    seen: dict[str, int] = dict(known_ids or {})
-    key_heads: dict[str, str] = dict(heads or {})
-    all_ids = {
-        n.get("id")
-        for n in (_as_obj(x) for x in nodes)
-        if isinstance(n, dict) and _is_str(n.get("id"))
-    }
-    for i, raw in enumerate(nodes):
+    if state is None:
+        state = CheckState(dict(known_ids or {}), dict(heads or {}))
+    if state.all_ids is None:
+        state.all_ids = _ids_of(nodes)
+    seen = state.seen
+    key_heads = state.heads
+    all_ids = state.all_ids
+    for i, raw in enumerate(nodes, start=offset):
         node = _as_obj(raw)
         np = f"{path}[{i}]"
         node_id = node.get("id") if isinstance(node, dict) else None
@@ -546,15 +578,39 @@ def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation
     ``state`` is parsed JSON (see :func:`parse_document`) or an
     :class:`~cwstore.model.AgentState`. ``vocabulary`` defaults to dynamic.
     """
+    out: list[Violation] = []
+    for _, found in validate_in_slices(state, vocabulary, size=1 << 62):
+        out.extend(found)
+    return out
+
+
+def validate_in_slices(
+    state: Any, vocabulary: Vocabulary | None = None, size: int = 2000
+) -> Iterator[tuple[list[Any], list[Violation]]]:
+    """:func:`validate`, a slice of nodes at a time: yields ``(nodes, violations)``.
+
+    The first item has no nodes and the document-level violations; then each slice of
+    up to ``size`` nodes with its own violations; the last has none and the frontier's.
+    A bulk load streams each slice while the next is checked, and gives up at the end
+    if any slice had a violation (so the whole document is still checked first).
+    """
     vocab = vocabulary if vocabulary is not None else Vocabulary.dynamic()
     if isinstance(state, AgentState):
         state = state.to_obj()
     if not isinstance(state, dict):
-        return [
-            Violation(
-                "shape", None, None, "$", f"document must be a JSON object, got {_type_name(state)}"
-            )
-        ]
+        yield (
+            [],
+            [
+                Violation(
+                    "shape",
+                    None,
+                    None,
+                    "$",
+                    f"document must be a JSON object, got {_type_name(state)}",
+                )
+            ],
+        )
+        return
     out: list[Violation] = []
     for name in state:
         if name not in _TOP_FIELDS:
@@ -588,10 +644,13 @@ def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation
             )
         )
         nodes = None
-    ids: list[str] = []
+    yield [], out
+    ids: set[Any] = set()
     if isinstance(nodes, list):
-        out.extend(check_nodes(nodes, vocabulary=vocab))
-        ids = [n["id"] for n in nodes if isinstance(n, dict) and _is_str(n.get("id"))]
+        checked = CheckState.for_document(nodes)
+        ids = checked.all_ids or set()
+        for off in range(0, len(nodes), size):
+            part = nodes[off : off + size]
+            yield part, check_nodes(part, vocabulary=vocab, state=checked, offset=off)
     if "frontier" in state:
-        out.extend(check_frontier(state["frontier"], ids))
-    return out
+        yield [], check_frontier(state["frontier"], ids)

@@ -19,11 +19,12 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from . import jsontext, migrate
+from . import migrate
 from ._store_base import (
     Cursor,
     DivergedError,
     GraphInfo,
+    ImportPlan,
     TailItem,
     as_document,
     check_save,
@@ -155,29 +156,16 @@ class Store:
     def import_state(self, graph: str, state: Any, *, vocabulary: Vocabulary | None = None) -> int:
         """Import a whole AgentState into an empty graph (see the async twin)."""
         vocab = vocabulary or Vocabulary.dynamic()
-        doc = as_document(state, vocab)
-        nodes = doc["nodes"]
+        plan = ImportPlan(state, vocab)
         with self._conn() as conn, conn.transaction():
             graph_id = self._one(
                 conn, q("begin_import"), graph, list(vocab.types) if vocab.types else None
             )
-            if nodes:
-                with conn.cursor().copy(_COPY_SQL) as copy:
-                    for n in nodes:
-                        copy.write_row(
-                            (
-                                graph_id,
-                                int(n["sequence"]),
-                                n["id"],
-                                n["kind"],
-                                n["parents"],
-                                jsontext.dumps(n["payload"]),
-                                n["createdAt"],
-                                n.get("resourceKey"),
-                            )
-                        )
-            conn.execute(q("declare_frontier"), (graph_id, list(doc["frontier"])))
-        return len(nodes)
+            with conn.cursor().copy(_COPY_SQL) as copy:
+                for row in plan.records(graph_id):
+                    copy.write_row(row)
+            conn.execute(q("declare_frontier"), (graph_id, plan.frontier))
+        return plan.count
 
     def _prefix(self, conn: Conn, graph: str, as_of: int | datetime | None) -> tuple[int, int]:
         g = self._graph(conn, graph)

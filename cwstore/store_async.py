@@ -21,11 +21,12 @@ from typing import Any, Self
 
 import asyncpg
 
-from . import jsontext, migrate
+from . import migrate
 from ._store_base import (
     Cursor,
     DivergedError,
     GraphInfo,
+    ImportPlan,
     TailItem,
     as_document,
     check_save,
@@ -173,19 +174,17 @@ class AsyncStore:
         Raises :class:`GraphExistsError` when the graph already holds nodes.
         """
         vocab = vocabulary or Vocabulary.dynamic()
-        doc = as_document(state, vocab)
-        nodes = doc["nodes"]
+        plan = ImportPlan(state, vocab)
         async with self._conn() as conn, conn.transaction():
             graph_id = await conn.fetchval(q("begin_import"), graph, _vocab_arg(vocab))
-            if nodes:
-                await conn.copy_records_to_table(
-                    "nodes",
-                    schema_name="cwstore",
-                    columns=_COPY_COLUMNS,
-                    records=_copy_records(graph_id, nodes),
-                )
-            await conn.execute(q("declare_frontier"), graph_id, list(doc["frontier"]))
-        return len(nodes)
+            await conn.copy_records_to_table(
+                "nodes",
+                schema_name="cwstore",
+                columns=_COPY_COLUMNS,
+                records=_streamed(plan.records(graph_id)),
+            )
+            await conn.execute(q("declare_frontier"), graph_id, plan.frontier)
+        return plan.count
 
     async def _prefix(
         self, conn: asyncpg.Connection, graph: str, as_of: int | datetime | None
@@ -399,15 +398,9 @@ def _vocab_arg(vocab: Vocabulary) -> list[str] | None:
     return list(vocab.types) if vocab.types is not None else None
 
 
-def _copy_records(graph_id: int, nodes: list[dict[str, Any]]) -> Iterable[tuple[Any, ...]]:
-    for n in nodes:
-        yield (
-            graph_id,
-            int(n["sequence"]),
-            n["id"],
-            n["kind"],
-            n["parents"],
-            jsontext.dumps(n["payload"]),
-            n["createdAt"],
-            n.get("resourceKey"),
-        )
+async def _streamed(rows: Iterable[tuple[Any, ...]]) -> AsyncIterator[tuple[Any, ...]]:
+    """Hand rows to COPY, letting the event loop send each slice while the next is built."""
+    for i, row in enumerate(rows):
+        if i % 1000 == 0:
+            await asyncio.sleep(0)
+        yield row

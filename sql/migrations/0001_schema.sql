@@ -167,7 +167,6 @@ CREATE TABLE cwstore.frontier_spans (
   from_seq  bigint NOT NULL,
   ord       integer NOT NULL DEFAULT 0,
   to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
-  CONSTRAINT frontier_spans_pkey PRIMARY KEY (graph_id, head_seq, from_seq),
   CONSTRAINT frontier_spans_check CHECK (from_seq < to_seq AND head_seq <= from_seq)
 );
 CREATE INDEX frontier_spans_current_idx ON cwstore.frontier_spans (graph_id, head_seq)
@@ -195,10 +194,11 @@ CREATE TABLE cwstore.key_versions (
   version   integer NOT NULL,
   node_seq  bigint NOT NULL,
   to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
-  CONSTRAINT key_versions_pkey PRIMARY KEY (graph_id, key, version),
   CONSTRAINT key_versions_check CHECK (node_seq < to_seq AND version >= 1)
 );
-CREATE INDEX key_versions_seq_idx ON cwstore.key_versions (graph_id, key, node_seq);
+-- Versions grow with node_seq along a key, so one index serves "version n" and "the
+-- version in force at s"; written only by the nodes trigger, it needs no other key.
+CREATE UNIQUE INDEX key_versions_seq_idx ON cwstore.key_versions (graph_id, key, node_seq);
 COMMENT ON TABLE cwstore.key_versions IS
   'Every version of every resource key (semantic keys included): version counts from 1 along the chain; the version is the head for node_seq <= s < to_seq.';
 
@@ -475,7 +475,7 @@ BEGIN
     UPDATE cwstore.key_versions v SET to_seq = c.seq
       FROM checked c
      WHERE c.rn = 1 AND c.head_seq IS NOT NULL
-       AND v.graph_id = c.graph_id AND v.key = c.key AND v.version = c.base_version
+       AND v.graph_id = c.graph_id AND v.key = c.key AND v.node_seq = c.head_seq
     RETURNING 1
   )
   INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
