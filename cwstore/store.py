@@ -175,7 +175,7 @@ class Store:
         if isinstance(as_of, datetime):
             if as_of.tzinfo is None:
                 raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
-            return graph_id, int(self._one(conn, q("seq_at_time"), graph_id, as_of))
+            return graph_id, int(self._one(conn, q("seq_at_time"), graph, as_of))
         if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
             raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
         if as_of > length:

@@ -37,12 +37,11 @@ SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
   FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq
 
 -- name: frontier_at
--- The frontier of graph $1 after sequence $2 (GiST lookup over the spans).
+-- The frontier of graph $1 (by id) after sequence $2 (GiST lookup over closed spans).
 SELECT n.id
-  FROM cwstore.frontier_spans s
-  JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
- WHERE cwstore.span_box(s.graph_id, s.from_seq, s.to_seq) @> cwstore.at_box($1, $2)
- ORDER BY s.from_seq, s.ord
+  FROM cwstore._frontier_at($1, $2) f
+  JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = f.seq
+ ORDER BY f.position
 
 -- name: frontier_now
 -- The current frontier of graph $1.
@@ -53,8 +52,8 @@ SELECT n.id
  ORDER BY s.from_seq, s.ord
 
 -- name: seq_at_time
--- The last sequence of graph $1 whose createdAt <= $2 (0 if none).
-SELECT coalesce(max(seq), 0) FROM cwstore.nodes WHERE graph_id = $1 AND created_at <= $2
+-- The last sequence of graph $1 (by name) whose createdAt <= $2 (0 if none).
+SELECT cwstore.seq_at_time($1, $2)
 
 -- name: first_mismatch
 -- The first position (1-based) where the stored ids differ from $2, or none.

@@ -70,13 +70,6 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   END
 $$;
 
-CREATE FUNCTION cwstore.span_box(graph_id bigint, from_seq bigint, to_seq bigint) RETURNS box
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT box(point(graph_id, from_seq), point(graph_id, to_seq::float8 - 0.5))
-$$;
-COMMENT ON FUNCTION cwstore.span_box(bigint, bigint, bigint) IS
-  'A validity span [from_seq, to_seq) of one graph as a box, so "valid at s" is a GiST lookup (no btree_gist needed).';
-
 CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT box(point(graph_id, seq), point(graph_id, seq))
@@ -171,8 +164,6 @@ CREATE TABLE cwstore.frontier_spans (
 );
 CREATE INDEX frontier_spans_current_idx ON cwstore.frontier_spans (graph_id, head_seq)
   WHERE to_seq = 9223372036854775807;
-CREATE INDEX frontier_spans_at_idx ON cwstore.frontier_spans
-  USING gist (cwstore.span_box(graph_id, from_seq, to_seq));
 COMMENT ON TABLE cwstore.frontier_spans IS
   'Frontier history: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for current heads.';
 

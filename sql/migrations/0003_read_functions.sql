@@ -1,0 +1,650 @@
+-- 0003_read_functions: the read side in SQL. Views over nodes and edges with graph
+-- names, and functions for the frontier, resource heads and semantic memory at any
+-- sequence, time-to-sequence, ancestors, descendants, causal paths, key history and a
+-- one-round-trip projection.
+--
+-- Why: SPEC 8 promises that history is plain, documented SQL anyone can query from
+-- psql, and that the projection is read from the database's own current and historical
+-- tables (frontier_spans, key_versions, key_heads, kind_counts), never by folding every
+-- node in a client. These functions are that reading, once, for every client: the
+-- Python stores call them, and so can psql users (docs/sql.md).
+--
+-- Safe with live writers: yes. Only new views, functions and two indexes. The
+-- functions are STABLE, so every statement inside one call reads the snapshot of the
+-- calling query: a result never mixes two states of a graph, even while appends commit.
+-- The indexes are built with plain CREATE INDEX, which makes writers wait for the build
+-- (about a second per million frontier spans); on a large live database build them
+-- first with CREATE INDEX CONCURRENTLY under the same names (frontier_spans_closed_idx,
+-- key_heads_semantic_idx) and this migration keeps them (IF NOT EXISTS).
+--
+-- Conventions of every public function below:
+--   * The graph is addressed by name; it is resolved to graph_id once per call.
+--     Unknown graph: SQLSTATE CW404, DETAIL {"graph": name}.
+--   * s is a sequence number: the prefix 1..s of the graph. NULL means now (the whole
+--     graph); s at or beyond the graph's length reads as the whole graph; s = 0 is the
+--     empty prefix (empty frontier, no heads). s < 0: SQLSTATE 22023.
+--   * Costs: n = nodes in the graph, h = heads in the frontier, k = resource keys of the
+--     graph, m = semantic keys. "log n" = one btree or GiST descent.
+--   * Orders are deterministic: keys and semantic types are ordered by byte order
+--     (COLLATE "C"), whatever the database's collation.
+--   * Set-returning functions carry ROWS estimates near their usual size, so the
+--     planner joins their rows to nodes by primary-key lookups, not by hashing a graph.
+--
+-- SQLSTATEs raised: CW404 unknown graph or node; 22023 invalid argument.
+
+-- ---------------------------------------------------------------------------------
+-- functions: the span box of the closed-span index, private helpers (by graph_id)
+-- ---------------------------------------------------------------------------------
+
+-- A closed frontier span as a box: x spans graph_id +- 0.25, y spans from_seq ..
+-- to_seq - 0.5. Why a width: with zero-width boxes every box has zero area, GiST's
+-- insertion penalty (area enlargement) is zero everywhere and the tree ends up
+-- unordered: finding the heads at s in 200,000 spans read ~390 index pages. With a
+-- width, the area grows with the span's length and the tree clusters by sequence: 3-5
+-- pages. The index holds closed spans only (partial): a span is written
+-- open (to_seq infinite) and closed later by an UPDATE, and an open version's box,
+-- even once dead and vacuumed, would leave its parents' boxes stretched to infinity
+-- (GiST never shrinks them). Open spans are the current heads, found through
+-- frontier_spans_current_idx.
+CREATE FUNCTION cwstore.span_band(graph_id bigint, from_seq bigint, to_seq bigint) RETURNS box
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT box(point(graph_id::float8 - 0.25, from_seq), point(graph_id::float8 + 0.25,
+                                                            to_seq::float8 - 0.5))
+$$;
+COMMENT ON FUNCTION cwstore.span_band(bigint, bigint, bigint) IS
+  'A validity span [from_seq, to_seq) of one graph as a box half a unit wide, for frontier_spans_closed_idx: span_band(...) @> at_box(graph_id, s) means valid at s.';
+
+-- _graph(graph) -> (graph_id, length)
+--   Resolves a graph name. Raises CW404 when there is no such graph. Cost: log.
+CREATE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  SELECT g.graph_id, g.length INTO graph_id, length
+    FROM cwstore.graphs g WHERE g.name = p_graph;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L does not exist', p_graph),
+      DETAIL = jsonb_build_object('graph', p_graph)::text;
+  END IF;
+END $$;
+COMMENT ON FUNCTION cwstore._graph(text) IS
+  'Private: resolve a graph name to (graph_id, length); CW404 if unknown.';
+
+-- _node_seq(graph_id, graph, node_id) -> seq
+--   The sequence of a node given by id. Raises CW404 when the graph has no such node
+--   (DETAIL {"graph", "node_id"}). Cost: log n.
+CREATE FUNCTION cwstore._node_seq(p_graph_id bigint, p_graph text, p_node_id text)
+RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_seq bigint;
+BEGIN
+  SELECT n.seq INTO v_seq FROM cwstore.nodes n
+   WHERE n.graph_id = p_graph_id AND n.id = p_node_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L has no node %s', p_graph, coalesce(p_node_id, 'NULL')),
+      DETAIL = jsonb_build_object('graph', p_graph, 'node_id', p_node_id)::text;
+  END IF;
+  RETURN v_seq;
+END $$;
+COMMENT ON FUNCTION cwstore._node_seq(bigint, text, text) IS
+  'Private: the seq of node_id in a graph; CW404 if the graph has no such node.';
+
+-- _at(s, length) -> the sequence to read at, or NULL for "now"
+--   NULL when s is NULL or s >= length: the current tables answer that, and they are the
+--   cheapest. Raises 22023 for s < 0. Cost: constant.
+CREATE FUNCTION cwstore._at(p_seq bigint, p_length bigint)
+RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF p_seq < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('a sequence number is >= 0, got %s', p_seq),
+      DETAIL = jsonb_build_object('seq', p_seq)::text;
+  END IF;
+  RETURN CASE WHEN p_seq IS NULL OR p_seq >= p_length THEN NULL ELSE p_seq END;
+END $$;
+COMMENT ON FUNCTION cwstore._at(bigint, bigint) IS
+  'Private: normalize a read position: NULL (now) when s is NULL or >= length; 22023 when s < 0.';
+
+-- _json_member_text(doc, member) -> text
+--   The exact JSON text of one member of a JSON object given as text (as the runtime
+--   wrote it: member order, spacing, escapes), NULL if absent (the last one if repeated,
+--   as jsonb reads it). The json type keeps a value's text, so -> on it returns the
+--   member's text verbatim; PostgreSQL's json operators refuse the escape \u0000
+--   anywhere in the document, so such a document goes through 0001's reversible
+--   cwstore._nul_hide first and the member's text through cwstore._nul_show after.
+--   Cost: one parse of the document.
+CREATE FUNCTION cwstore._json_member_text(p_doc text, p_member text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN strpos(p_doc, '\u0000') = 0 THEN (p_doc::json -> p_member)::text
+         ELSE cwstore._nul_show((cwstore._nul_hide(p_doc)::json -> p_member)::text)
+         END
+$$;
+COMMENT ON FUNCTION cwstore._json_member_text(text, text) IS
+  'Private: exact JSON text of a member of a JSON object text, \u0000 escapes included.';
+
+-- _frontier_at(graph_id, s) -> (position, seq)
+--   The frontier after node s, in order (position from 0). s NULL = now.
+--   Cost: now, the partial index frontier_spans_current_idx, O(h); at s, one GiST
+--   descent of frontier_spans_closed_idx for the closed spans containing s, plus the
+--   open spans that began at or before s (current index): O(log n + h).
+CREATE FUNCTION cwstore._frontier_at(p_graph_id bigint, p_seq bigint)
+RETURNS TABLE ("position" integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+BEGIN
+  IF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY s.from_seq, s.ord))::integer - 1, s.head_seq
+      FROM cwstore.frontier_spans s
+     WHERE s.graph_id = p_graph_id AND s.to_seq = 9223372036854775807
+     ORDER BY s.from_seq, s.ord;
+  ELSE
+    -- The box test is the index condition (it implies the graph: boxes of different
+    -- graphs are apart); the integer tests after it are exact whatever float8 rounding
+    -- the boxes carry.
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
+      FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+             WHERE cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND s.to_seq <> 9223372036854775807
+               AND s.from_seq <= p_seq AND p_seq < s.to_seq
+            UNION ALL
+            SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+             WHERE s.graph_id = p_graph_id AND s.to_seq = 9223372036854775807
+               AND s.from_seq <= p_seq) x
+     ORDER BY x.from_seq, x.ord;
+  END IF;
+END $$;
+COMMENT ON FUNCTION cwstore._frontier_at(bigint, bigint) IS
+  'Private: frontier (position, seq) of a graph_id after node s (NULL = now).';
+
+-- _heads_at(graph_id, s, semantic_only) -> (key, version, seq)
+--   Every resource key's head after node s (s NULL = now), keys in byte order. With
+--   semantic_only, only keys beginning "semantic:" (through key_heads_semantic_idx).
+--   Cost: now, O(k) rows of key_heads; at s, one backward descent of
+--   key_versions_seq_idx (graph_id, key, node_seq) per key that exists at s
+--   (key_heads.first_seq <= s): O(k log n).
+CREATE FUNCTION cwstore._heads_at(p_graph_id bigint, p_seq bigint, p_semantic_only boolean)
+RETURNS TABLE (key text, version integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 100 AS $$
+BEGIN
+  IF p_seq IS NULL AND p_semantic_only THEN
+    RETURN QUERY
+    SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+     WHERE h.graph_id = p_graph_id AND starts_with(h.key, 'semantic:')
+     ORDER BY h.key COLLATE "C";
+  ELSIF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+     WHERE h.graph_id = p_graph_id
+     ORDER BY h.key COLLATE "C";
+  ELSIF p_semantic_only THEN
+    RETURN QUERY
+    SELECT h.key, v.version, v.node_seq
+      FROM cwstore.key_heads h
+     CROSS JOIN LATERAL (
+           SELECT kv.version, kv.node_seq FROM cwstore.key_versions kv
+            WHERE kv.graph_id = h.graph_id AND kv.key = h.key AND kv.node_seq <= p_seq
+            ORDER BY kv.node_seq DESC LIMIT 1) v
+     WHERE h.graph_id = p_graph_id AND starts_with(h.key, 'semantic:')
+       AND h.first_seq <= p_seq
+     ORDER BY h.key COLLATE "C";
+  ELSE
+    RETURN QUERY
+    SELECT h.key, v.version, v.node_seq
+      FROM cwstore.key_heads h
+     CROSS JOIN LATERAL (
+           SELECT kv.version, kv.node_seq FROM cwstore.key_versions kv
+            WHERE kv.graph_id = h.graph_id AND kv.key = h.key AND kv.node_seq <= p_seq
+            ORDER BY kv.node_seq DESC LIMIT 1) v
+     WHERE h.graph_id = p_graph_id AND h.first_seq <= p_seq
+     ORDER BY h.key COLLATE "C";
+  END IF;
+END $$;
+COMMENT ON FUNCTION cwstore._heads_at(bigint, bigint, boolean) IS
+  'Private: (key, version, seq) of every resource key''s head of a graph_id after node s (NULL = now).';
+
+-- _walk(graph_id, start, up, max_depth, bound, target) -> (seq, depth, via)
+--   Breadth-first walk from node start over edges: to parents when up (edges_pkey),
+--   else to children (edges_parent_idx), one query per level. Each node reached is
+--   returned once, with its minimal depth (>= 1) and via, the node one step nearer to
+--   start it was first reached from (the smallest such seq). Only nodes with
+--   seq >= bound (up) or seq <= bound (down) are visited; max_depth NULL = no limit;
+--   the walk stops after the level that reaches target (NULL = none).
+--   Nodes already reached are not expanded again. Two ways to remember them:
+--   * unbounded walks (max_depth NULL) usually reach much of the window between start
+--     and bound, so they mark a boolean[] indexed by distance in seq from start: O(1) a
+--     check, for a 1-byte slot per sequence number of the window, filled once;
+--   * walks bounded by max_depth keep the nodes reached in a bigint[] and leave them
+--     out with a hashed NOT IN, O(reached) a level: no cost in the window's length.
+--   Cost: O(r log n) for the r nodes reached (one index descent each), plus the array
+--   of the window (unbounded) or O(max_depth * r) (bounded).
+CREATE FUNCTION cwstore._walk(p_graph_id bigint, p_start bigint, p_up boolean,
+                              p_max_depth integer, p_bound bigint, p_target bigint)
+RETURNS TABLE (seq bigint, depth integer, via bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_size bigint := CASE WHEN p_up THEN p_start - p_bound ELSE p_bound - p_start END;
+  v_dense boolean := p_max_depth IS NULL;
+  v_mark boolean[];     -- unbounded: v_mark[|s - start|] once s is reached
+  v_seen bigint[];      -- bounded: start and every node reached
+  v_level bigint[] := ARRAY[p_start];
+  v_next bigint[];
+  v_via bigint[];
+  d integer := 0;
+  i integer;
+BEGIN
+  IF v_size <= 0 OR p_max_depth <= 0 THEN
+    RETURN;
+  END IF;
+  IF v_dense THEN
+    v_mark := array_fill(false, ARRAY[v_size::integer]);
+  ELSE
+    v_seen := ARRAY[p_start];
+  END IF;
+  WHILE cardinality(v_level) > 0 AND (v_dense OR d < p_max_depth) LOOP
+    d := d + 1;
+    IF p_up AND v_dense THEN
+      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
+        INTO v_next, v_via
+        FROM (SELECT e.parent_seq AS s, min(e.child_seq) AS v FROM cwstore.edges e
+               WHERE e.graph_id = p_graph_id AND e.child_seq = ANY (v_level)
+                 AND e.parent_seq >= p_bound AND NOT v_mark[p_start - e.parent_seq]
+               GROUP BY e.parent_seq) x;
+    ELSIF p_up THEN
+      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
+        INTO v_next, v_via
+        FROM (SELECT e.parent_seq AS s, min(e.child_seq) AS v FROM cwstore.edges e
+               WHERE e.graph_id = p_graph_id AND e.child_seq = ANY (v_level)
+                 AND e.parent_seq >= p_bound
+                 AND e.parent_seq NOT IN (SELECT unnest(v_seen))
+               GROUP BY e.parent_seq) x;
+    ELSIF v_dense THEN
+      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
+        INTO v_next, v_via
+        FROM (SELECT e.child_seq AS s, min(e.parent_seq) AS v FROM cwstore.edges e
+               WHERE e.graph_id = p_graph_id AND e.parent_seq = ANY (v_level)
+                 AND e.child_seq <= p_bound AND NOT v_mark[e.child_seq - p_start]
+               GROUP BY e.child_seq) x;
+    ELSE
+      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
+        INTO v_next, v_via
+        FROM (SELECT e.child_seq AS s, min(e.parent_seq) AS v FROM cwstore.edges e
+               WHERE e.graph_id = p_graph_id AND e.parent_seq = ANY (v_level)
+                 AND e.child_seq <= p_bound
+                 AND e.child_seq NOT IN (SELECT unnest(v_seen))
+               GROUP BY e.child_seq) x;
+    END IF;
+    depth := d;
+    FOR i IN 1 .. cardinality(v_next) LOOP
+      seq := v_next[i];
+      via := v_via[i];
+      IF v_dense THEN
+        v_mark[abs(seq - p_start)] := true;
+      END IF;
+      RETURN NEXT;
+    END LOOP;
+    IF NOT v_dense THEN
+      v_seen := v_seen || v_next;
+    END IF;
+    v_level := v_next;
+    EXIT WHEN p_target IS NOT NULL AND p_target = ANY (v_level);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION cwstore._walk(bigint, bigint, boolean, integer, bigint, bigint) IS
+  'Private: breadth-first walk over edges from one node (up = to parents), minimal depth and predecessor per node reached.';
+
+-- ---------------------------------------------------------------------------------
+-- public read functions
+-- ---------------------------------------------------------------------------------
+
+-- seq_at_time(graph, t) -> bigint
+--   As of a time: the last sequence whose created_at (the runtime's createdAt) is <= t,
+--   0 when there is none. t NULL = now (the graph's length). The prefix 1..that seq is
+--   "the graph as of t" (SPEC 8); nodes inside it may carry a createdAt later than t
+--   when the writer's clock went backwards, exactly as the definition says.
+--   Cost: when createdAt grows with sequence (the runtime's normal case) the planner
+--   reads the cheaper end: for t near the end, a backward walk of the primary key over
+--   the few nodes after the answer; for t near the start, a range of
+--   nodes_created_at_idx (graph_id, created_at) over the few nodes before it. For t in
+--   the middle it reads about min(answer, n - answer) rows: "the last node with
+--   createdAt <= t" must rule out every later node, and no index can say "no later node
+--   is older" without a column the writer keeps (a running maximum of createdAt).
+--   Plans are made with t's value (force_custom_plan) so each call gets the right end.
+CREATE FUNCTION cwstore.seq_at_time(p_graph text, p_time timestamptz)
+RETURNS bigint LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint;
+BEGIN
+  IF p_time IS NULL THEN
+    RETURN g.length;
+  END IF;
+  SELECT max(n.seq) INTO v_seq FROM cwstore.nodes n
+   WHERE n.graph_id = g.graph_id AND n.created_at <= p_time;
+  RETURN coalesce(v_seq, 0);
+END $$;
+COMMENT ON FUNCTION cwstore.seq_at_time(text, timestamptz) IS
+  'As of a time: the last seq whose created_at (runtime createdAt) <= t, 0 if none; t NULL = the graph''s length. Feed it to the *_at functions.';
+
+-- frontier_at(graph, s) -> (position, seq, id, kind)
+--   The frontier (active heads) after node s, in the order the heads joined (position
+--   from 0): the frontier declared at s or derived by SPEC 4's fold from the last
+--   declared one, as materialized in frontier_spans. s NULL = now.
+--   Cost: now O(h) (partial index on current spans); at s O(log n + h) (GiST), plus
+--   one primary-key lookup per head for id and kind.
+CREATE FUNCTION cwstore.frontier_at(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS TABLE ("position" integer, seq bigint, id text, kind text)
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT f.position, f.seq, n.id, n.kind
+    FROM cwstore._frontier_at(g.graph_id, cwstore._at(p_seq, g.length)) f
+    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq
+   ORDER BY f.position;
+END $$;
+COMMENT ON FUNCTION cwstore.frontier_at(text, bigint) IS
+  'Frontier (active heads) of a graph after node s (NULL = now), in order: position from 0, seq, id, kind. O(log n + heads).';
+
+-- heads_at(graph, s) -> (key, version, seq, id, kind)
+--   Every resource key's head after node s (semantic keys included, as
+--   "semantic:<type>:<key>"), with its version number counted from 1 along the chain.
+--   Keys in byte order. s NULL = now. Keys that first appear after s are absent.
+--   Cost: now O(k); at s O(k log n) (one descent of key_versions_seq_idx per key).
+CREATE FUNCTION cwstore.heads_at(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS TABLE (key text, version integer, seq bigint, id text, kind text)
+LANGUAGE plpgsql STABLE ROWS 100 AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT h.key, h.version, h.seq, n.id, n.kind
+    FROM cwstore._heads_at(g.graph_id, cwstore._at(p_seq, g.length), false) h
+    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+   ORDER BY h.key COLLATE "C";
+END $$;
+COMMENT ON FUNCTION cwstore.heads_at(text, bigint) IS
+  'Head of every resource key (semantic keys included) of a graph after node s (NULL = now): key, version (from 1), seq, id, kind. O(keys * log n).';
+
+-- semantic_at(graph, s) -> (type, key, content, content_text, version, seq, id)
+--   Semantic memory after node s: the head of every "semantic:<type>:<key>" chain whose
+--   head is a semantic node, with its payload's fields. content is jsonb (U+0000 shown
+--   as U+FFFD, members reordered); content_text is the exact JSON text the runtime
+--   wrote for it. Ordered by type, then key (byte order). s NULL = now.
+--   Cost: now O(m); at s O(m log n); plus reading each head's payload.
+CREATE FUNCTION cwstore.semantic_at(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS TABLE (type text, key text, content jsonb, content_text text, version integer,
+               seq bigint, id text)
+LANGUAGE plpgsql STABLE ROWS 50 AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  -- type and key come from the resource key, semantic:<type>:<key> (the nodes trigger
+  -- holds semantic nodes to it, and a type has no colon), so only content is parsed.
+  RETURN QUERY
+  SELECT t.type, substr(h.key, length(t.type) + 11), cwstore.payload_jsonb(c.text), c.text,
+         h.version, h.seq, n.id
+    FROM cwstore._heads_at(g.graph_id, cwstore._at(p_seq, g.length), true) h
+    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+   CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t
+   CROSS JOIN LATERAL (SELECT cwstore._json_member_text(n.payload_text, 'content') AS text) c
+   WHERE n.kind = 'semantic'
+   ORDER BY t.type COLLATE "C", substr(h.key, length(t.type) + 11) COLLATE "C";
+END $$;
+COMMENT ON FUNCTION cwstore.semantic_at(text, bigint) IS
+  'Semantic memory of a graph after node s (NULL = now): type, key, content (jsonb), content_text (exact JSON), version, seq, id of every semantic key''s head.';
+
+-- ancestors(graph, node_id, max_depth) -> (seq, id, kind, depth)
+--   Every node the given node depends on, through parents transitively, each once with
+--   its minimal depth (1 = a parent). max_depth NULL = no limit. The node itself is not
+--   listed. Ordered by depth, then seq. CW404 if the graph has no such node.
+--   Cost: O(r log n) for the r ancestors returned. Without max_depth, plus an array of
+--   1 byte per sequence number below the node; with it, nothing that grows with n
+--   (see _walk).
+CREATE FUNCTION cwstore.ancestors(p_graph text, p_node_id text, p_max_depth integer DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, kind text, depth integer)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint := cwstore._node_seq(g.graph_id, p_graph, p_node_id);
+BEGIN
+  IF p_max_depth < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('max_depth is >= 0 or NULL, got %s', p_max_depth);
+  END IF;
+  RETURN QUERY
+  SELECT w.seq, n.id, n.kind, w.depth
+    FROM cwstore._walk(g.graph_id, v_seq, true, p_max_depth, 1, NULL) w
+    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = w.seq
+   ORDER BY w.depth, w.seq;
+END $$;
+COMMENT ON FUNCTION cwstore.ancestors(text, text, integer) IS
+  'Ancestors of a node (transitive parents), each with its minimal depth (1 = parent), up to max_depth (NULL = all). Ordered by depth, seq.';
+
+-- descendants(graph, node_id, max_depth) -> (seq, id, kind, depth)
+--   Every node that depends on the given node, each once with its minimal depth
+--   (1 = a child). max_depth NULL = no limit. The node itself is not listed. Ordered by
+--   depth, then seq. CW404 if the graph has no such node.
+--   Cost: O(r log n) for the r descendants returned (edges_parent_idx). Without
+--   max_depth, plus an array of 1 byte per sequence number above the node; with it,
+--   nothing that grows with n (see _walk).
+CREATE FUNCTION cwstore.descendants(p_graph text, p_node_id text, p_max_depth integer DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, kind text, depth integer)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint := cwstore._node_seq(g.graph_id, p_graph, p_node_id);
+BEGIN
+  IF p_max_depth < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('max_depth is >= 0 or NULL, got %s', p_max_depth);
+  END IF;
+  RETURN QUERY
+  SELECT w.seq, n.id, n.kind, w.depth
+    FROM cwstore._walk(g.graph_id, v_seq, false, p_max_depth, g.length, NULL) w
+    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = w.seq
+   ORDER BY w.depth, w.seq;
+END $$;
+COMMENT ON FUNCTION cwstore.descendants(text, text, integer) IS
+  'Descendants of a node (transitive children), each with its minimal depth (1 = child), up to max_depth (NULL = all). Ordered by depth, seq.';
+
+-- path(graph, from_id, to_id) -> (step, seq, id, kind)
+--   A shortest causal path from from_id to to_id, where from_id is an ancestor of to_id:
+--   step 0 is from_id, each next step is a child of the one before, the last is to_id.
+--   Empty when from_id is not an ancestor of to_id; one step when they are the same node.
+--   Among several shortest paths, each step takes the smallest seq that still leads to
+--   to_id by a shortest path. CW404 if either node is unknown.
+--   Cost: a breadth-first walk up from to_id that visits only sequences between the
+--   two nodes and stops at the level reaching from_id: O(r log n) for the r nodes
+--   visited, plus arrays of 9 bytes per sequence number between them.
+CREATE FUNCTION cwstore.path(p_graph text, p_from_id text, p_to_id text)
+RETURNS TABLE (step integer, seq bigint, id text, kind text)
+LANGUAGE plpgsql STABLE ROWS 10 AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_from bigint := cwstore._node_seq(g.graph_id, p_graph, p_from_id);
+  v_to bigint := cwstore._node_seq(g.graph_id, p_graph, p_to_id);
+  v_via bigint[];       -- v_via[to - s]: the node one step from s towards to_id
+  v_steps bigint[];
+  v_cur bigint;
+  r record;
+BEGIN
+  IF v_from > v_to THEN
+    RETURN;
+  END IF;
+  v_steps := ARRAY[v_from];
+  IF v_from < v_to THEN
+    v_via := array_fill(0::bigint, ARRAY[(v_to - v_from)::integer]);
+    FOR r IN SELECT w.seq, w.via
+               FROM cwstore._walk(g.graph_id, v_to, true, NULL, v_from, v_from) w LOOP
+      v_via[v_to - r.seq] := r.via;
+    END LOOP;
+    IF v_via[v_to - v_from] = 0 THEN
+      RETURN;             -- from_id is not an ancestor of to_id
+    END IF;
+    v_cur := v_from;
+    WHILE v_cur <> v_to LOOP
+      v_cur := v_via[v_to - v_cur];
+      v_steps := v_steps || v_cur;
+    END LOOP;
+  END IF;
+  RETURN QUERY
+  SELECT u.ord::integer - 1, u.s, n.id, n.kind
+    FROM unnest(v_steps) WITH ORDINALITY AS u(s, ord)
+    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = u.s
+   ORDER BY u.ord;
+END $$;
+COMMENT ON FUNCTION cwstore.path(text, text, text) IS
+  'A shortest causal path from an ancestor (from_id, step 0) to a descendant (to_id, last step); empty if from_id is not an ancestor of to_id.';
+
+-- key_history(graph, key) -> (version, seq, id, kind, created_at, recorded_at, payload,
+--                             payload_text)
+--   Every version of a resource key (semantic keys as "semantic:<type>:<key>"), oldest
+--   first: version from 1, the node, its runtime createdAt, when the database stored it,
+--   and its payload (jsonb, and the exact text). Empty for a key the graph never had.
+--   Cost: O(v log n) for the v versions (key_versions_pkey, then nodes_pkey).
+CREATE FUNCTION cwstore.key_history(p_graph text, p_key text)
+RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
+               recorded_at timestamptz, payload jsonb, payload_text text)
+LANGUAGE plpgsql STABLE ROWS 10 AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT v.version, v.node_seq, n.id, n.kind, n.created_at, n.recorded_at,
+         cwstore.payload_jsonb(n.payload_text),
+         n.payload_text
+    FROM cwstore.key_versions v
+    JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
+   WHERE v.graph_id = g.graph_id AND v.key = p_key
+   ORDER BY v.version;
+END $$;
+COMMENT ON FUNCTION cwstore.key_history(text, text) IS
+  'Every version of a resource key, oldest first: version, seq, id, kind, created_at, recorded_at, payload (jsonb), payload_text (exact).';
+
+-- projection_v1(graph, s) -> jsonb
+--   The state a reader works from, after node s (NULL = now), in one round trip:
+--   {"length": the prefix length (s, at most the graph's length),
+--    "frontier": [{"id", "kind", "seq", "payload_text"}] in frontier order,
+--    "resources": [{"key", "version", "seq", "id", "kind", "payload_text"}] the head of
+--        every resource key that is not semantic memory, keys in byte order,
+--    "semantic": [{"type", "key", "version", "seq", "id", "content_text"}] the head of
+--        every semantic key (as semantic_at), by type then key,
+--    "latest_goal": {"seq", "id", "payload_text"} or null, the newest goal at or before s,
+--    "latest_answer": likewise for answers,
+--    "counts": {kind: number of nodes of that kind in 1..s}, kinds that occur only}.
+--   payload_text and content_text are JSON strings holding the exact JSON the runtime
+--   wrote (parse them client-side), so the projection is faithful where jsonb is not.
+--   Every part reads one snapshot (the function is STABLE).
+--   Cost: frontier O(log n + h); heads O(k log n) (O(k) now); counts and the latest
+--   goal and answer: one backward descent of kind_counts_pkey per kind (ten), since
+--   the newest kind_counts row of a kind at or before s holds both the running count
+--   and the seq of that kind's latest node. Nothing else grows with n.
+CREATE FUNCTION cwstore.projection_v1(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_at bigint := cwstore._at(p_seq, g.length);   -- NULL = now
+  v_len bigint := coalesce(v_at, g.length);
+  v_counts jsonb;
+  v_goal bigint;
+  v_answer bigint;
+  v_result jsonb;
+BEGIN
+  SELECT coalesce(jsonb_object_agg(k.kind, c.n), '{}'::jsonb),
+         max(c.seq) FILTER (WHERE k.kind = 'goal'), max(c.seq) FILTER (WHERE k.kind = 'answer')
+    INTO v_counts, v_goal, v_answer
+    FROM unnest(ARRAY['system', 'goal', 'inference', 'answer', 'tool_call', 'tool_result',
+                      'resource', 'semantic', 'protocol_error', 'verification']) AS k(kind)
+   CROSS JOIN LATERAL (
+         SELECT kc.seq, kc.n FROM cwstore.kind_counts kc
+          WHERE kc.graph_id = g.graph_id AND kc.kind = k.kind AND kc.seq <= v_len
+          ORDER BY kc.seq DESC LIMIT 1) c;
+
+  -- Every key's head once; semantic memory is the heads of semantic: keys that are
+  -- semantic nodes (type and key read from the key, as in semantic_at).
+  WITH h AS MATERIALIZED (
+    SELECT h.key, h.version, h.seq, n.id, n.kind, n.payload_text,
+           starts_with(h.key, 'semantic:') AND n.kind = 'semantic' AS memory
+      FROM cwstore._heads_at(g.graph_id, v_at, false) h
+      JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+  )
+  SELECT jsonb_build_object(
+    'length', v_len,
+    'frontier', (
+      SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.id, 'kind', n.kind, 'seq', n.seq,
+                                                   'payload_text', n.payload_text)
+                                ORDER BY f.position), '[]'::jsonb)
+        FROM cwstore._frontier_at(g.graph_id, v_at) f
+        JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq),
+    'resources', (
+      SELECT coalesce(jsonb_agg(jsonb_build_object('key', h.key, 'version', h.version,
+                                                   'seq', h.seq, 'id', h.id, 'kind', h.kind,
+                                                   'payload_text', h.payload_text)
+                                ORDER BY h.key COLLATE "C"), '[]'::jsonb)
+        FROM h WHERE NOT h.memory),
+    'semantic', (
+      SELECT coalesce(jsonb_agg(jsonb_build_object('type', t.type, 'key', t.key,
+                                                   'version', h.version, 'seq', h.seq,
+                                                   'id', h.id,
+                                                   'content_text',
+                                                   cwstore._json_member_text(h.payload_text,
+                                                                             'content'))
+                                ORDER BY t.type COLLATE "C", t.key COLLATE "C"), '[]'::jsonb)
+        FROM h
+       CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t0
+       CROSS JOIN LATERAL (SELECT t0.type, substr(h.key, length(t0.type) + 11) AS key) t
+       WHERE h.memory),
+    'latest_goal', (
+      SELECT jsonb_build_object('seq', n.seq, 'id', n.id, 'payload_text', n.payload_text)
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_goal),
+    'latest_answer', (
+      SELECT jsonb_build_object('seq', n.seq, 'id', n.id, 'payload_text', n.payload_text)
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_answer),
+    'counts', v_counts)
+    INTO v_result;
+  RETURN v_result;
+END $$;
+COMMENT ON FUNCTION cwstore.projection_v1(text, bigint) IS
+  'Projection after node s (NULL = now) as one jsonb: length, frontier, resources, semantic, latest_goal, latest_answer, counts. Payloads as exact JSON text. O(log n + heads + keys * log n).';
+
+-- ---------------------------------------------------------------------------------
+-- indexes
+-- ---------------------------------------------------------------------------------
+
+-- The frontier at s, closed spans: see cwstore.span_band above for the box's shape.
+CREATE INDEX IF NOT EXISTS frontier_spans_closed_idx ON cwstore.frontier_spans
+  USING gist (cwstore.span_band(graph_id, from_seq, to_seq))
+  WHERE to_seq <> 9223372036854775807;
+
+-- Semantic keys of a graph without reading its other resource keys. A partial index,
+-- not a LIKE prefix range, because prefix ranges on text only work under the C
+-- collation and the database's collation is not ours to choose.
+CREATE INDEX IF NOT EXISTS key_heads_semantic_idx ON cwstore.key_heads (graph_id, key)
+  WHERE starts_with(key, 'semantic:');
+
+-- ---------------------------------------------------------------------------------
+-- views
+-- ---------------------------------------------------------------------------------
+
+CREATE VIEW cwstore.node_view AS
+SELECT g.name AS graph, n.seq, n.id, n.kind, n.parents,
+       cwstore.payload_jsonb(n.payload_text) AS payload, n.payload_text,
+       n.created_at, n.created_at_text, n.resource_key, n.recorded_at
+  FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id;
+COMMENT ON VIEW cwstore.node_view IS
+  'Nodes with their graph''s name. payload_text is the exact JSON the runtime wrote; payload its jsonb reading, cwstore.payload_jsonb(payload_text) (members reordered, U+0000 shown as U+FFFD). created_at(_text) is the runtime''s createdAt, recorded_at when the database stored the node. Filter on graph and seq: both are index columns underneath.';
+
+CREATE VIEW cwstore.edge_view AS
+SELECT g.name AS graph, e.child_seq, c.id AS child_id, e.position, e.parent_seq,
+       p.id AS parent_id
+  FROM cwstore.edges e
+  JOIN cwstore.graphs g ON g.graph_id = e.graph_id
+  JOIN cwstore.nodes c ON c.graph_id = e.graph_id AND c.seq = e.child_seq
+  JOIN cwstore.nodes p ON p.graph_id = e.graph_id AND p.seq = e.parent_seq;
+COMMENT ON VIEW cwstore.edge_view IS
+  'Parent links with graph name and node ids: the child''s parents[position] is the parent (position from 0).';
