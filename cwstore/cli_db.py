@@ -170,6 +170,13 @@ def cmd_server(args: argparse.Namespace) -> int:
     if args.action == "status":
         st = server.server_status()
         print(json.dumps(st, default=str, indent=2))
+        if st.get("dsn"):
+            print(f"connect with: psql '{st['dsn']}'", file=sys.stderr)
+        else:
+            print(
+                "not running: any cwstore command (or cwstore server start) starts it",
+                file=sys.stderr,
+            )
         return 0
     if args.action == "start":
         print(server.ensure_server())
