@@ -12,7 +12,7 @@ Parsing goes through :func:`cwstore.rules.validate` first, so malformed input is
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
@@ -33,18 +33,8 @@ Kind = Literal[
     "verification",
 ]
 
-KINDS: tuple[str, ...] = (
-    "system",
-    "goal",
-    "inference",
-    "answer",
-    "tool_call",
-    "tool_result",
-    "resource",
-    "semantic",
-    "protocol_error",
-    "verification",
-)
+KINDS: tuple[str, ...] = get_args(Kind)
+"""The ten kinds, in the order the runtime documents them."""
 
 
 class CausalNode(BaseModel):
