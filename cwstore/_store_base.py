@@ -45,6 +45,7 @@ __all__ = [
     "PreparedBatch",
     "TailItem",
     "as_document",
+    "check_graph_name",
     "check_save",
     "export_text",
     "js_now",
@@ -75,6 +76,19 @@ def resolve_dsn(dsn: str | None) -> str:
     from .server import ensure_server
 
     return ensure_server()
+
+
+def check_graph_name(graph: Any) -> str:
+    """A graph name is any non-empty string PostgreSQL text can hold (no U+0000).
+
+    Raises :class:`InputError` naming the problem; names are always bound parameters,
+    so quotes, semicolons and any other character are just part of the name.
+    """
+    if not isinstance(graph, str) or not graph:
+        raise InputError(f"a graph name must be a non-empty string, got {graph!r}")
+    if "\x00" in graph or jsontext._bad_string(graph):
+        raise InputError("a graph name cannot hold U+0000 or a lone surrogate")
+    return graph
 
 
 def js_now() -> str:

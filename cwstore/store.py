@@ -27,6 +27,7 @@ from ._store_base import (
     ImportPlan,
     TailItem,
     as_document,
+    check_graph_name,
     check_save,
     export_text,
     key_version,
@@ -133,6 +134,7 @@ class Store:
         return None if row is None else row[0]
 
     def _graph(self, conn: Conn, graph: str) -> tuple[Any, ...]:
+        check_graph_name(graph)
         row = conn.execute(q("graph_get"), (graph,)).fetchone()
         if row is None:
             raise UnknownGraphError(graph=graph)
@@ -155,6 +157,7 @@ class Store:
 
     def import_state(self, graph: str, state: Any, *, vocabulary: Vocabulary | None = None) -> int:
         """Import a whole AgentState into an empty graph (see the async twin)."""
+        check_graph_name(graph)
         vocab = vocabulary or Vocabulary.dynamic()
         plan = ImportPlan(state, vocab)
         with self._conn() as conn, conn.transaction():
@@ -222,6 +225,7 @@ class Store:
         frontier: Sequence[str] | None = None,
     ) -> list[CausalNode]:
         """Append a batch of nodes; returns them as stored (see the async twin)."""
+        check_graph_name(graph)
         batch = prepare_batch(nodes, frontier)
         ids = [n.get("id", "") for n in batch.nodes]
         with self._conn(ids) as conn:
@@ -234,6 +238,7 @@ class Store:
         self, graph: str, state: Any, *, expected_length: int | None = None
     ) -> list[CausalNode]:
         """Persist a whole state, appending only what is new (see the async twin)."""
+        check_graph_name(graph)
         doc = as_document(state)
         nodes = doc["nodes"]
         with self._conn() as conn:

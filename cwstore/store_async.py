@@ -29,6 +29,7 @@ from ._store_base import (
     ImportPlan,
     TailItem,
     as_document,
+    check_graph_name,
     check_save,
     export_text,
     key_version,
@@ -135,6 +136,7 @@ class AsyncStore:
             raise _wrap(exc, batch_ids) from exc
 
     async def _graph(self, conn: asyncpg.Connection, graph: str) -> asyncpg.Record:
+        check_graph_name(graph)
         row = await conn.fetchrow(q("graph_get"), graph)
         if row is None:
             raise UnknownGraphError(graph=graph)
@@ -173,6 +175,7 @@ class AsyncStore:
         one transaction with COPY; nothing is written unless everything passes.
         Raises :class:`GraphExistsError` when the graph already holds nodes.
         """
+        check_graph_name(graph)
         vocab = vocabulary or Vocabulary.dynamic()
         plan = ImportPlan(state, vocab)
         async with self._conn() as conn, conn.transaction():
@@ -257,6 +260,7 @@ class AsyncStore:
         Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
         ``expected_length``), :class:`ChainConflictError` (a key moved on).
         """
+        check_graph_name(graph)
         batch = prepare_batch(nodes, frontier)
         ids = [n.get("id", "") for n in batch.nodes]
         async with self._conn(ids) as conn:
@@ -275,6 +279,7 @@ class AsyncStore:
         written. The state's frontier is declared after the new nodes. Returns the nodes
         this call wrote. A concurrent writer makes it a :class:`LengthConflictError`.
         """
+        check_graph_name(graph)
         doc = as_document(state)
         nodes = doc["nodes"]
         async with self._conn() as conn:
