@@ -55,6 +55,7 @@ __all__ = [
     "prepare_batch",
     "q",
     "resolve_dsn",
+    "state_from_text",
     "stored_nodes",
 ]
 
@@ -399,15 +400,27 @@ def key_version(key: str, row: Sequence[Any]) -> KeyVersion:
     )
 
 
-def export_text(node_texts: Iterable[str], frontier: Sequence[str]) -> str:
-    """The AgentState v1 document from per-node JSON texts and the frontier."""
+def export_text(nodes_array: str, frontier: Sequence[str]) -> str:
+    """The AgentState v1 document from the nodes' JSON array text and the frontier."""
     return (
-        '{"version":1,"nodes":['
-        + ",".join(node_texts)
-        + '],"frontier":'
+        '{"version":1,"nodes":'
+        + nodes_array
+        + ',"frontier":'
         + jsontext.dumps(list(frontier))
         + "}"
     )
+
+
+def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
+    """An :class:`AgentState` from the nodes' JSON array text (parsed once, in C)."""
+    nodes = jsontext.loads(nodes_array)
+    return AgentState.model_construct(
+        version=1, nodes=tuple(CausalNode.from_obj(n) for n in nodes), frontier=tuple(frontier)
+    )
+
+
+BULK_ANALYZE_THRESHOLD = 10_000
+"""Imports at least this large refresh the planner's statistics when they commit."""
 
 
 # --- errors ----------------------------------------------------------------------------

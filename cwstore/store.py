@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from . import migrate
 from ._store_base import (
+    BULK_ANALYZE_THRESHOLD,
     Cursor,
     DivergedError,
     GraphInfo,
@@ -36,6 +37,7 @@ from ._store_base import (
     prepare_batch,
     q,
     resolve_dsn,
+    state_from_text,
     stored_nodes,
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError
@@ -168,6 +170,9 @@ class Store:
                 for row in plan.records(graph_id):
                     copy.write_row(row)
             conn.execute(q("declare_frontier"), (graph_id, plan.frontier))
+        if plan.count >= BULK_ANALYZE_THRESHOLD:
+            with self._conn() as conn:
+                conn.execute(q("analyze_graph_tables"))
         return plan.count
 
     def _prefix(self, conn: Conn, graph: str, as_of: int | datetime | None) -> tuple[int, int]:
@@ -200,19 +205,17 @@ class Store:
         """The graph or a prefix as AgentState v1 JSON text (see the async twin)."""
         with self._snapshot() as conn:
             graph_id, seq = self._prefix(conn, graph, as_of)
-            texts = [r[0] for r in conn.execute(q("export_nodes"), (graph_id, seq)).fetchall()]
+            text = self._one(conn, q("export_nodes"), graph_id, seq)
             frontier = self._frontier_at(conn, graph_id, seq)
-        return export_text(texts, frontier)
+        return export_text(text, frontier)
 
     def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
         """The graph or a prefix as an :class:`AgentState` the runtime loads."""
         with self._snapshot() as conn:
             graph_id, seq = self._prefix(conn, graph, as_of)
-            rows = conn.execute(q("node_rows"), (graph_id, 0, seq)).fetchall()
+            text = self._one(conn, q("export_nodes"), graph_id, seq)
             frontier = self._frontier_at(conn, graph_id, seq)
-        return AgentState.model_construct(
-            version=1, nodes=tuple(node_from_row(*r) for r in rows), frontier=tuple(frontier)
-        )
+        return state_from_text(text, frontier)
 
     # --- live writes ---------------------------------------------------------------------
 

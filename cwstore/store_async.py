@@ -23,6 +23,7 @@ import asyncpg
 
 from . import migrate
 from ._store_base import (
+    BULK_ANALYZE_THRESHOLD,
     Cursor,
     DivergedError,
     GraphInfo,
@@ -38,6 +39,7 @@ from ._store_base import (
     prepare_batch,
     q,
     resolve_dsn,
+    state_from_text,
     stored_nodes,
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError
@@ -187,6 +189,9 @@ class AsyncStore:
                 records=_streamed(plan.records(graph_id)),
             )
             await conn.execute(q("declare_frontier"), graph_id, plan.frontier)
+        if plan.count >= BULK_ANALYZE_THRESHOLD:
+            async with self._conn() as conn:
+                await conn.execute(q("analyze_graph_tables"))
         return plan.count
 
     async def _prefix(
@@ -223,9 +228,9 @@ class AsyncStore:
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
             graph_id, seq = await self._prefix(conn, graph, as_of)
-            texts = [r[0] for r in await conn.fetch(q("export_nodes"), graph_id, seq)]
+            text = await conn.fetchval(q("export_nodes"), graph_id, seq)
             frontier = await self._frontier_at(conn, graph_id, seq)
-        return export_text(texts, frontier)
+        return export_text(text, frontier)
 
     async def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
         """The graph (or a prefix of it) as an :class:`AgentState` the runtime loads."""
@@ -234,11 +239,9 @@ class AsyncStore:
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
             graph_id, seq = await self._prefix(conn, graph, as_of)
-            rows = await conn.fetch(q("node_rows"), graph_id, 0, seq)
+            text = await conn.fetchval(q("export_nodes"), graph_id, seq)
             frontier = await self._frontier_at(conn, graph_id, seq)
-        return AgentState.model_construct(
-            version=1, nodes=tuple(node_from_row(*r) for r in rows), frontier=tuple(frontier)
-        )
+        return state_from_text(text, frontier)
 
     # --- live writes ---------------------------------------------------------------------
 

@@ -23,18 +23,20 @@ SELECT seq, id, created_at, recorded_at, written, payload_text
   FROM cwstore.append_v1($1, $2::json, $3, $4::json)
 
 -- name: export_nodes
--- Nodes 1..$2 of graph $1 as the runtime's JSON text, fields in the runtime's order.
-SELECT '{"id":"' || id || '","kind":"' || kind || '","parents":' || array_to_json(parents)::text
-       || ',"payload":' || payload_text || ',"createdAt":' || to_json(created_at_text)::text
-       || ',"sequence":' || seq
-       || CASE WHEN resource_key IS NULL THEN '' ELSE ',"resourceKey":' || to_json(resource_key)::text END
-       || '}'
-  FROM cwstore.nodes WHERE graph_id = $1 AND seq <= $2 ORDER BY seq
+-- Nodes 1..$2 of graph $1 as one JSON array text, each node in the runtime's field order.
+SELECT '[' || coalesce(string_agg(
+         '{"id":"' || id || '","kind":"' || kind || '","parents":'
+         || array_to_json(parents)::text || ',"payload":' || payload_text
+         || ',"createdAt":' || to_json(created_at_text)::text || ',"sequence":' || seq
+         || CASE WHEN resource_key IS NULL THEN ''
+                 ELSE ',"resourceKey":' || to_json(resource_key)::text END
+         || '}', ',' ORDER BY seq), '') || ']'
+  FROM cwstore.nodes WHERE graph_id = $1 AND seq <= $2
 
--- name: node_rows
--- Nodes with $2 < seq <= $3 of graph $1, in order.
-SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
-  FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq
+-- name: analyze_graph_tables
+-- Fresh statistics after a bulk load, so the next reads get plans for its size.
+ANALYZE cwstore.nodes, cwstore.edges, cwstore.frontier_spans, cwstore.key_versions,
+        cwstore.key_heads, cwstore.kind_counts, cwstore.graphs
 
 -- name: frontier_at
 -- The frontier of graph $1 (by id) after sequence $2 (GiST lookup over closed spans).
