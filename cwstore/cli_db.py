@@ -73,10 +73,6 @@ def cmd_init(args: argparse.Namespace) -> int:
             )
             return 0
         applied = migrate.apply_migrations_sync(conn)
-        if getattr(args, "roles", False):
-            from . import roles  # type: ignore[attr-defined]
-
-            roles.create_roles_sync(conn)
     print(
         f"schema up to date (applied {len(applied)} migration{'s' if len(applied) != 1 else ''})",
         file=sys.stderr,
@@ -191,11 +187,6 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p = sub.add_parser("init", help="create or upgrade the schema (idempotent)")
     add_dsn(p)
     p.add_argument("--dry-run", action="store_true", help="only show pending migrations")
-    p.add_argument(
-        "--roles",
-        action="store_true",
-        help="also create the cwstore_reader and cwstore_writer roles",
-    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("import", help="import an AgentState document into an empty graph")
