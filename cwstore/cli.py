@@ -122,12 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_vocab_flags(p)
     p.set_defaults(func=cmd_validate)
 
-    try:
-        from . import cli_db
-    except ImportError:  # pragma: no cover - during early development only
-        pass
-    else:
-        cli_db.register(sub, _add_dsn, _add_vocab_flags)
+    from . import cli_db
+
+    cli_db.register(sub, _add_dsn, _add_vocab_flags)
     return parser
 
 

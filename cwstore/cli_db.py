@@ -236,14 +236,7 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p.add_argument("action", choices=["status", "start", "stop"])
     p.set_defaults(func=cmd_server)
 
-    try:
-        from . import cli_read
-    except ImportError:  # pragma: no cover
-        return
-    cli_read.register(sub, add_dsn)
+    from . import cli_read, demo
 
-    try:
-        from . import demo
-    except ImportError:  # pragma: no cover
-        return
+    cli_read.register(sub, add_dsn)
     demo.register(sub, add_dsn)
