@@ -1,0 +1,988 @@
+"""cwstore benchmarks: one command, one table of ratios measured side by side in one run.
+
+    python benchmarks/run.py [--quick] [--dsn DSN] [--write-results]
+
+Without ``--dsn`` an embedded PostgreSQL 18 (``cwstore.server``) is started in a
+temporary home with the server's default durability settings (fsync on) and removed at
+the end. With ``--dsn`` (a URL, e.g. ``postgresql://postgres@127.0.0.1:5432/test``) the
+run creates two scratch databases on that server and drops them at the end; the role
+needs CREATEDB. See benchmarks/README.md for what each row measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+try:
+    import cwstore
+except ImportError:  # a checkout that is not installed: use it in place
+    sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+    import cwstore
+
+import asyncpg
+from _langgraph_peer import IMPORT_ERROR as LANGGRAPH_MISSING
+from _workload import agent_steps, generate_nodes
+from rich.console import Console
+from rich.table import Table
+
+from cwstore import AgentState, CausalNode, compute_id, fold_frontier
+from cwstore.jsontext import dumps
+
+HERE = Path(__file__).resolve().parent
+NOT_INSTALLED = "not installed (pip install -e '.[bench]')"
+
+
+# --- sizes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    import_nodes: int
+    projection: tuple[int, ...]
+    append_seconds: float  # per system and configuration, split over two rounds
+    warmup_seconds: float
+    agent_steps: int
+    samples: int  # as-of points per projection size, reads per agent session
+
+
+FULL = Sizes(100_000, (1_000, 100_000, 1_000_000), 10.0, 1.0, 1_000, 9)
+QUICK = Sizes(20_000, (1_000, 10_000, 100_000), 3.0, 0.3, 200, 7)
+
+
+# --- the table ---------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    cwstore: str
+    baseline: str
+    ratio: str = "—"
+    target: str = "—"
+    ok: bool | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "—" if self.ok is None else ("PASS" if self.ok else "FAIL")
+
+
+def rate(n: float, seconds: float) -> str:
+    return f"{n / seconds:,.0f}/s" if seconds > 0 else "∞"
+
+
+def ms(seconds: float) -> str:
+    v = seconds * 1000
+    return f"{v:.2f} ms" if v < 10 else f"{v:.1f} ms" if v < 100 else f"{v:,.0f} ms"
+
+
+def size_text(n: int) -> str:
+    return (
+        f"{n // 1_000_000}M"
+        if n >= 1_000_000 and n % 1_000_000 == 0
+        else (f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n))
+    )
+
+
+def mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.0f} kB"
+
+
+def speedup(slow: float, fast: float) -> str:
+    r = slow / fast
+    return f"{r:.2f}x" if r < 10 else f"{r:,.0f}x"
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))]
+
+
+def spread(rng: random.Random, n: int, k: int) -> list[int]:
+    """``k`` random points in 1..n, one in each of ``k`` equal slices: random, yet the
+    median stays near n/2 whatever the draw (costs that grow with s stay comparable)."""
+    return [rng.randint(i * n // k + 1, (i + 1) * n // k) for i in range(k)]
+
+
+def at_least(name: str, cw: str, base: str, ratio: float, target: float) -> Row:
+    return Row(name, cw, base, f"{ratio:.2f}x", f"≥ {target:.2f}x", ratio >= target)
+
+
+def error_rows(title: str, exc: BaseException) -> list[Row]:
+    traceback.print_exception(exc, file=sys.stderr)
+    text = f"error: {type(exc).__name__}: {exc}"
+    return [Row(title, text[:120], "—", ok=False)]
+
+
+# --- the server and scratch databases ------------------------------------------------------
+
+
+def with_database(dsn: str, database: str) -> str:
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise SystemExit("--dsn must be a URL: postgresql://user@host:port/database")
+    return urlunsplit((parts.scheme, parts.netloc, "/" + quote(database), parts.query, ""))
+
+
+@contextlib.contextmanager
+def embedded_server() -> Iterator[str]:
+    """A throwaway embedded server with PostgreSQL's default durability settings."""
+    from cwstore.server import temporary_server
+
+    # settings={} applies nothing: fsync, synchronous_commit and full_page_writes stay on.
+    with temporary_server(settings={}) as dsn:
+        yield dsn
+
+
+async def create_database(admin: str, name: str) -> str:
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return with_database(admin, name)
+
+
+async def drop_database(admin: str, name: str) -> None:
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def git_commit() -> str:
+    """`` (git <commit>[, modified])`` for a checkout, else nothing."""
+    root = HERE.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "cwstore", "sql"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f" (git {head}{', modified' if dirty else ''})"
+
+
+async def machine_facts(dsn: str, server: str) -> dict[str, str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        settings = {
+            name: await conn.fetchval(f"SHOW {name}")
+            for name in ("fsync", "synchronous_commit", "shared_buffers", "max_connections")
+        }
+    finally:
+        await conn.close()
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    load = os.getloadavg()
+
+    def version_of(pkg: str) -> str:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "CPU": f"{os.cpu_count()} cores ({cpu})",
+        "Memory": f"{memory / 2**30:.1f} GiB",
+        "Load average at start": " / ".join(f"{x:.2f}" for x in load) + " (1 / 5 / 15 min)",
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": sys.version.split()[0],
+        "PostgreSQL": f"{version} ({server})",
+        "Server settings": ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "cwstore": f"{cwstore.__version__}{git_commit()}",
+        "asyncpg": version_of("asyncpg"),
+        "langgraph-checkpoint-postgres": version_of("langgraph-checkpoint-postgres"),
+    }
+
+
+# --- row 1: import -------------------------------------------------------------------------
+
+
+def prefix(doc: dict[str, Any], n: int) -> dict[str, Any]:
+    nodes = doc["nodes"][:n]
+    return {"version": 1, "nodes": nodes, "frontier": fold_frontier(nodes)}
+
+
+def as_model(doc: dict[str, Any]) -> AgentState:
+    """An unvalidated model, for setting up graphs that are not themselves measured."""
+    return AgentState.model_construct(
+        version=1,
+        nodes=tuple(CausalNode.from_obj(n) for n in doc["nodes"]),
+        frontier=tuple(doc["frontier"]),
+    )
+
+
+def copy_records(doc: dict[str, Any], graph_id: int) -> list[tuple[Any, ...]]:
+    return [
+        (
+            graph_id,
+            n["sequence"],
+            n["id"],
+            n["kind"],
+            n["parents"],
+            dumps(n["payload"]),
+            n["createdAt"],
+            n.get("resourceKey"),
+        )
+        for n in doc["nodes"]
+    ]
+
+
+async def bench_import(dsn: str, store: cwstore.AsyncStore, doc: dict[str, Any]) -> list[Row]:
+    n = len(doc["nodes"])
+    start = time.perf_counter()
+    problems = cwstore.validate(doc)
+    validation = time.perf_counter() - start
+    if problems:
+        raise RuntimeError(f"the generated session is invalid: {problems[:3]}")
+
+    start = time.perf_counter()
+    await store.import_state("import", doc)
+    cw_seconds = time.perf_counter() - start
+
+    records = copy_records(doc, 1)
+    conn = await asyncpg.connect(dsn)
+    best = math.inf
+    try:
+        for i in range(3):  # best of three: the baseline gets every benefit of the doubt
+            table = f"copy_baseline_{i}"
+            await conn.execute(
+                f"CREATE UNLOGGED TABLE {table} (graph_id bigint, seq bigint, id text, "
+                "kind text, parents text[], payload_text text, created_at_text text, "
+                "resource_key text)"
+            )
+            start = time.perf_counter()
+            await conn.copy_records_to_table(table, records=records)
+            best = min(best, time.perf_counter() - start)
+            await conn.execute(f"DROP TABLE {table}")
+    finally:
+        await conn.close()
+    return [
+        at_least(
+            f"1 Import {size_text(n)} nodes",
+            f"{rate(n, cw_seconds)} ({cw_seconds:.1f} s; validation {validation:.1f} s)",
+            f"{rate(n, best)} (COPY, unlogged)",
+            best / cw_seconds,
+            0.50,
+        )
+    ]
+
+
+# --- row 2: appends --------------------------------------------------------------------------
+
+FILLER = "Reading the module to find where the handler parses its configuration. " * 3
+BASE_SQL = (
+    "WITH c AS (UPDATE bench_counter SET length = length + 1 WHERE graph_id = $1 "
+    "RETURNING length) INSERT INTO bench_items SELECT $1, length, $2, $3 FROM c"
+)
+PLAIN_SQL = "INSERT INTO bench_plain (graph_id, seq, id, payload) VALUES ($1, $2, $3, $4)"
+
+Op = Callable[[], Awaitable[int]]
+
+
+@dataclass
+class Run:
+    nodes: int
+    seconds: float
+    latencies: list[float]
+
+    def __add__(self, other: Run) -> Run:
+        return Run(
+            self.nodes + other.nodes,
+            self.seconds + other.seconds,
+            self.latencies + other.latencies,
+        )
+
+    @property
+    def rate(self) -> float:
+        return self.nodes / self.seconds
+
+    def text(self, unit: str = "nodes") -> str:
+        return f"{self.rate:,.0f} {unit}/s, p99 {ms(pct(self.latencies, 0.99))}"
+
+
+async def drive(ops: list[Op], seconds: float, warmup: float) -> Run:
+    """Run every op in its own task in a loop: ``warmup`` unrecorded, then ``seconds``."""
+    latencies: list[float] = []
+    count = 0
+
+    async def loop(op: Op, until: float, record: bool) -> None:
+        nonlocal count
+        while time.perf_counter() < until:
+            t = time.perf_counter()
+            n = await op()
+            if record:
+                latencies.append(time.perf_counter() - t)
+                count += n
+
+    until = time.perf_counter() + warmup
+    await asyncio.gather(*(loop(op, until, False) for op in ops))
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(op, start + seconds, True) for op in ops))
+    return Run(count, time.perf_counter() - start, latencies)
+
+
+def cw_writer(store: cwstore.AsyncStore, graph: str, writer: int, batch: int) -> Op:
+    """Appends ``batch`` nodes per call, each the child of this writer's previous node."""
+    prev: list[str] = []
+    counter = 0
+
+    async def op() -> int:
+        nonlocal prev, counter
+        nodes: list[dict[str, Any]] = []
+        parents = prev
+        for _ in range(batch):
+            counter += 1
+            payload = {"writer": writer, "n": counter, "text": FILLER}
+            node: dict[str, Any] = {"kind": "inference", "parents": parents, "payload": payload}
+            if batch > 1:  # later nodes of the batch name earlier ones: ids are needed here
+                node["id"] = compute_id("inference", parents, payload)
+                parents = [node["id"]]
+            nodes.append(node)
+        stored = await store.append(graph, nodes)
+        prev = [stored[-1].id]
+        return len(stored)
+
+    return op
+
+
+def base_writer(pool: asyncpg.Pool, graph_id: int, writer: int, plain: bool) -> Op:
+    seq = 0
+
+    async def op() -> int:
+        nonlocal seq
+        seq += 1
+        payload = dumps({"writer": writer, "n": seq, "text": FILLER})
+        node_id = f"cw_{writer:04x}{seq:020x}"
+        async with pool.acquire() as conn:
+            if plain:
+                await conn.execute(PLAIN_SQL, graph_id, seq, node_id, payload)
+            else:
+                await conn.execute(BASE_SQL, graph_id, node_id, payload)
+        return 1
+
+    return op
+
+
+async def bench_appends(dsn: str, store: cwstore.AsyncStore, sizes: Sizes) -> list[Row]:
+    pool = await asyncpg.create_pool(dsn, min_size=16, max_size=16)
+    rows: list[Row] = []
+    next_id = 0
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "CREATE TABLE bench_counter (graph_id bigint PRIMARY KEY, length bigint NOT NULL);"
+                "CREATE TABLE bench_items (graph_id bigint, seq bigint, id text, payload text, "
+                "PRIMARY KEY (graph_id, seq));"
+                "CREATE TABLE bench_plain (graph_id bigint, seq bigint, id text, payload text, "
+                "PRIMARY KEY (graph_id, seq));"
+            )
+
+        async def base_graphs(count: int) -> list[int]:
+            nonlocal next_id
+            ids = list(range(next_id + 1, next_id + count + 1))
+            next_id += count
+            async with pool.acquire() as conn:
+                await conn.executemany(
+                    "INSERT INTO bench_counter VALUES ($1, 0)", [(i,) for i in ids]
+                )
+            return ids
+
+        half = sizes.append_seconds / 2
+
+        async def compare(label: str, writers: int, separate: bool) -> tuple[Run, Run]:
+            cw = base = Run(0, 0.0, [])
+            for rnd in range(2):  # A B A B: drift in machine load hits both alike
+                if separate:
+                    ops = [cw_writer(store, f"{label}-r{rnd}-w{w}", w, 1) for w in range(writers)]
+                else:
+                    ops = [cw_writer(store, f"{label}-r{rnd}", w, 1) for w in range(writers)]
+                cw = cw + await drive(ops, half, sizes.warmup_seconds)
+                ids = await base_graphs(writers if separate else 1)
+                bops = [
+                    base_writer(pool, ids[w] if separate else ids[0], w, separate)
+                    for w in range(writers)
+                ]
+                base = base + await drive(bops, half, sizes.warmup_seconds)
+            return cw, base
+
+        for writers in (1, 4, 16):
+            cw, base = await compare(f"one-{writers}", writers, False)
+            rows.append(
+                at_least(
+                    f"2 Append, 1 graph, {writers} writer{'s' if writers > 1 else ''}",
+                    cw.text(),
+                    base.text("rows"),
+                    cw.rate / base.rate,
+                    0.90,
+                )
+            )
+            if writers == 16:
+                p99 = pct(cw.latencies, 0.99)
+                rows.append(
+                    Row(
+                        "2 Append p99 latency, 16 writers",
+                        ms(p99),
+                        f"{ms(pct(base.latencies, 0.99))}",
+                        "—",
+                        "≤ 30 ms",
+                        p99 <= 0.030,
+                    )
+                )
+        batch = await drive(
+            [cw_writer(store, "batch10", 0, 10)], sizes.append_seconds, sizes.warmup_seconds
+        )
+        rows.append(
+            Row(
+                "2 Append batches of 10, 1 writer",
+                batch.text(),
+                "—",
+                "—",
+                "≥ 5,000 nodes/s",
+                batch.rate >= 5000,
+            )
+        )
+        for writers in (4, 16):
+            cw, base = await compare(f"sep-{writers}", writers, True)
+            rows.append(
+                at_least(
+                    f"2 Append, separate graphs, {writers} writers",
+                    cw.text(),
+                    base.text("rows") + " (plain INSERT)",
+                    cw.rate / base.rate,
+                    0.70,
+                )
+            )
+    finally:
+        await pool.close()
+    return rows
+
+
+# --- row 3: projection ------------------------------------------------------------------------
+
+FOLD_SQL = (
+    "SELECT seq, id, kind, parents, payload_text, resource_key FROM cwstore.nodes "
+    "WHERE graph_id = $1 AND seq <= $2 ORDER BY seq"
+)
+
+
+async def python_fold(conn: asyncpg.Connection, graph_id: int, seq: int) -> dict[str, Any]:
+    """The projection the straightforward way: read the prefix, fold it in Python.
+
+    Frontier by SPEC section 4's fold, the newest version of every key (semantic keys
+    as memory), the latest goal and answer, counts by kind. Payloads are parsed only
+    for the nodes the answer shows, with the standard library's C parser.
+    """
+    rows = await conn.fetch(FOLD_SQL, graph_id, seq)
+    frontier: dict[str, Any] = {}
+    heads: dict[str, Any] = {}
+    versions: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    latest: dict[str, Any] = {}
+    for row in rows:
+        kind, parents, key = row[2], row[3], row[5]
+        counts[kind] += 1
+        if key is not None:
+            versions[key] += 1
+            heads[key] = row
+        if kind in ("goal", "answer"):
+            latest[kind] = row
+        if kind == "semantic" or (kind == "system" and not parents):
+            continue
+        for p in parents:
+            frontier.pop(p, None)
+        frontier[row[1]] = row
+    semantic: dict[str, dict[str, Any]] = {}
+    resources: dict[str, tuple[str, int, Any]] = {}
+    for key, row in heads.items():
+        payload = json.loads(row[4])
+        if row[2] == "semantic":
+            semantic.setdefault(payload["type"], {})[payload["key"]] = payload["content"]
+        else:
+            resources[key] = (row[1], versions[key], payload)
+    return {
+        "frontier": [(i, json.loads(r[4])) for i, r in frontier.items()],
+        "resources": resources,
+        "semantic": semantic,
+        "latest": {k: (r[1], json.loads(r[4])) for k, r in latest.items()},
+        "counts": dict(counts),
+    }
+
+
+def same_projection(p: Any, fold: dict[str, Any]) -> bool:
+    return (
+        [f.id for f in p.frontier] == [i for i, _ in fold["frontier"]]
+        and p.counts == fold["counts"]
+        and {k: (r.id, r.version) for k, r in p.resources.items()}
+        == {k: (i, v) for k, (i, v, _) in fold["resources"].items()}
+        and p.semantic == fold["semantic"]
+        and (p.latest_goal.id if p.latest_goal else None) == fold["latest"].get("goal", (None,))[0]
+    )
+
+
+async def bench_projection(
+    dsn: str, store: cwstore.AsyncStore, doc: dict[str, Any], imported: int, sizes: Sizes
+) -> list[Row]:
+    rng = random.Random(3)
+    conn = await asyncpg.connect(dsn)
+    rows: list[Row] = []
+    medians: dict[int, tuple[float, float]] = {}
+    mismatch: list[int] = []
+    try:
+        graphs: dict[int, tuple[str, int]] = {}
+        for n in sizes.projection:
+            graph = "import" if n == imported else f"projection-{size_text(n)}"
+            if n != imported:
+                await store.import_state(graph, as_model(prefix(doc, n)))
+            graph_id = await conn.fetchval(
+                "SELECT graph_id FROM cwstore.graphs WHERE name = $1", graph
+            )
+            graphs[n] = (graph, graph_id)
+        # Right after a bulk import the planner's statistics are stale until autovacuum
+        # analyzes the tables (within a minute or so): shown for information, then
+        # brought up to date so the rows below measure the steady state.
+        largest = max(graphs)
+        fresh = []
+        for s in [rng.randint(1, largest) for _ in range(3)]:
+            start = time.perf_counter()
+            await store.project(graphs[largest][0], as_of=s)
+            fresh.append(time.perf_counter() - start)
+        await conn.execute("ANALYZE")
+        for n, (graph, graph_id) in graphs.items():
+            points = spread(rng, n, sizes.samples)
+            await store.project(graph, as_of=points[0])  # warm up
+            project_t, fold_t = [], []
+            for s in points:
+                calls = []
+                for _ in range(3):  # cheap and noisy: the median of three calls
+                    start = time.perf_counter()
+                    p = await store.project(graph, as_of=s)
+                    calls.append(time.perf_counter() - start)
+                project_t.append(statistics.median(calls))
+                start = time.perf_counter()
+                fold = await python_fold(conn, graph_id, s)
+                fold_t.append(time.perf_counter() - start)
+                if not same_projection(p, fold):
+                    mismatch.append(s)
+            medians[n] = (statistics.median(project_t), statistics.median(fold_t))
+            pm, fm = medians[n]
+            rows.append(
+                Row(
+                    f"3 Projection as of s, {size_text(n)} nodes",
+                    ms(pm),
+                    f"{ms(fm)} (Python fold)",
+                    f"{speedup(fm, pm)} faster",
+                )
+            )
+        rows.append(
+            Row(
+                f"3 Projection, {size_text(largest)}, just after import (before ANALYZE)",
+                ms(statistics.median(fresh)),
+                "—",
+            )
+        )
+    finally:
+        await conn.close()
+    smallest, largest = min(medians), max(medians)
+    growth = medians[largest][0] / medians[smallest][0]
+    rows.append(
+        Row(
+            f"3 Projection growth, {size_text(largest)} / {size_text(smallest)}",
+            f"{growth:.2f}x",
+            "—",
+            f"{growth:.2f}x",
+            "≤ 1.50x",
+            growth <= 1.5,
+        )
+    )
+    at = 100_000 if 100_000 in medians else largest
+    pm, fm = medians[at]
+    rows.append(
+        Row(
+            f"3 Projection speedup over fold at {size_text(at)}",
+            ms(pm),
+            ms(fm),
+            speedup(fm, pm),
+            "≥ 100x",
+            fm / pm >= 100,
+        )
+    )
+    if mismatch:
+        rows.append(
+            Row("3 Projection equals the fold", f"MISMATCH at s={mismatch[:5]}", "—", ok=False)
+        )
+    else:
+        rows.append(Row("3 Projection equals the fold", "same at every s", "—", ok=True))
+    return rows
+
+
+# --- row 4: replay --------------------------------------------------------------------------
+
+
+async def best_of(times: int, call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    """The fastest of ``times`` calls (the machine's noise only ever adds time)."""
+    best, result = math.inf, None
+    for _ in range(times):
+        start = time.perf_counter()
+        result = await call()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+async def bench_replay(dsn: str, store: cwstore.AsyncStore, n: int) -> list[Row]:
+    await store.replay("import", as_of=1)  # warm up
+    replay_t, state = await best_of(3, lambda: store.replay("import"))
+    export_t, text = await best_of(3, lambda: store.export_json("import"))
+    if len(state.nodes) != n or not text.startswith('{"version":1'):
+        raise RuntimeError("replay returned the wrong document")
+    conn = await asyncpg.connect(dsn)
+    try:
+        select_t, got = await best_of(
+            3,
+            lambda: conn.fetch(
+                "SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key "
+                "FROM cwstore.nodes WHERE graph_id = (SELECT graph_id FROM cwstore.graphs "
+                "WHERE name = 'import') ORDER BY seq"
+            ),
+        )
+    finally:
+        await conn.close()
+    select = f"{rate(len(got), select_t)} (SELECT rows)"
+    return [
+        Row(
+            f"4 Replay {size_text(n)} nodes (AgentState)",
+            rate(n, replay_t),
+            select,
+            f"{select_t / replay_t:.2f}x",
+        ),
+        Row(
+            f"4 Export JSON {size_text(n)} nodes",
+            f"{rate(n, export_t)} ({mb(len(text))})",
+            select,
+            f"{select_t / export_t:.2f}x",
+        ),
+    ]
+
+
+# --- row 5: versus LangGraph ------------------------------------------------------------------
+
+
+async def bench_langgraph(dsn: str, sizes: Sizes) -> list[Row]:
+    steps = sizes.agent_steps
+    title = f"5 vs LangGraph, {steps}-step agent session"
+    if LANGGRAPH_MISSING is not None:
+        return [Row(title, NOT_INSTALLED, NOT_INSTALLED)]
+    from _langgraph_peer import LangGraphSession, to_langchain
+    from _workload import SYSTEM_PROMPT as SYSTEM
+    from _workload import Doc
+
+    session = agent_steps(steps)
+    # The same content twice: LangChain messages for LangGraph, nodes for cwstore.
+    doc = Doc()
+    system = doc.add("system", SYSTEM, [])
+    batches: list[tuple[list[dict[str, Any]], list[str], int]] = []
+    lc_steps: list[list[Any]] = []
+    for i, msgs in enumerate(session):
+        start = len(doc.nodes)
+        lc = [to_langchain(SYSTEM, None)] if i == 0 else []
+        goal = None
+        for m in msgs:
+            lc.append(to_langchain(SYSTEM, m))
+            if m.role == "user":
+                goal = doc.add("goal", m.text, [system, *doc.frontier])
+            elif m.role == "assistant" and m.tool is not None:
+                raw = m.text + "\nTOOL_CALL " + dumps({"name": m.tool, "args": m.args})
+                doc.add(
+                    "tool_call",
+                    {"name": m.tool, "args": m.args, "raw": raw},
+                    [*([goal] if goal else []), *doc.frontier],
+                )
+            elif m.role == "tool":
+                doc.add("tool_result", {"tool": m.tool, "result": m.text}, [doc.nodes[-1]["id"]])
+            else:
+                doc.add("answer", m.text, list(doc.frontier))
+        first = 0 if i == 0 else start
+        nodes = [{k: v for k, v in n.items() if k != "sequence"} for n in doc.nodes[first:]]
+        batches.append((nodes, list(doc.frontier), first))
+        lc_steps.append(lc)
+    if cwstore.validate({"version": 1, "nodes": doc.nodes, "frontier": list(doc.frontier)}):
+        raise RuntimeError("the agent session is not a valid AgentState")
+    gc.collect()
+    gc.freeze()
+
+    store = await cwstore.connect(dsn, min_size=1, max_size=2)
+    lg = await LangGraphSession.open(dsn)
+    graph = "agent-session"
+    cw_write: list[float] = []
+    lg_write: list[float] = []
+    lengths: list[int] = []
+    configs: list[dict[str, Any]] = []
+    try:
+        for (nodes, frontier, before), lc in zip(batches, lc_steps, strict=True):
+            start = time.perf_counter()
+            await store.append(graph, nodes, expected_length=before, frontier=frontier)
+            cw_write.append(time.perf_counter() - start)
+            lengths.append(before + len(nodes))
+            seconds, config = await lg.put_step(lc)
+            lg_write.append(seconds)
+            configs.append(config)
+        rng = random.Random(5)
+        points = [i - 1 for i in spread(rng, steps, min(steps, sizes.samples * 3))]
+        cw_read: list[float] = []
+        lg_read: list[float] = []
+        for i in points:
+            start = time.perf_counter()
+            state = await store.replay(graph, as_of=lengths[i])
+            cw_read.append(time.perf_counter() - start)
+            seconds, messages = await lg.read(configs[i])
+            lg_read.append(seconds)
+            if len(state.nodes) != messages:  # the system message is node 1 too
+                raise RuntimeError(
+                    f"step {i}: cwstore {len(state.nodes)} nodes, LangGraph {messages} messages"
+                )
+        cw_bytes = await store_bytes(dsn)
+        lg_bytes = await lg.stored_bytes()
+    finally:
+        await lg.close()
+        await store.close()
+
+    def at_most(name: str, cw: float, base: float, text: Callable[[float], str]) -> Row:
+        r = cw / base
+        return Row(
+            name, text(cw), text(base), f"{r:.3f}x (1/{base / cw:,.0f})", "≤ 0.10x", r <= 0.10
+        )
+
+    nodes_n = len(doc.nodes)
+    return [
+        at_most(
+            f"5 Bytes stored, {steps} steps ({nodes_n} nodes)",
+            cw_bytes,
+            lg_bytes,
+            lambda v: mb(int(v)),
+        ),
+        at_most(
+            "5 Write per step, p50", statistics.median(cw_write), statistics.median(lg_write), ms
+        ),
+        at_most(
+            "5 Read state as of a past step, p50",
+            statistics.median(cw_read),
+            statistics.median(lg_read),
+            ms,
+        ),
+    ]
+
+
+async def store_bytes(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
+                "JOIN pg_namespace s ON s.oid = c.relnamespace "
+                "WHERE s.nspname = 'cwstore' AND c.relkind IN ('r', 'p', 'm')"
+            )
+        )
+    finally:
+        await conn.close()
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+async def store_sections(
+    dsn: str,
+    store: cwstore.AsyncStore,
+    doc: dict[str, Any],
+    sizes: Sizes,
+    log: Callable[[str], None],
+) -> list[Row]:
+    """Rows 1 to 4, in the order that lets each reuse the graphs of the one before."""
+    rows: list[Row] = []
+    imported = 0
+    log("1 import")
+    try:
+        rows += await bench_import(dsn, store, prefix(doc, sizes.import_nodes))
+        imported = sizes.import_nodes
+    except Exception as exc:
+        rows += error_rows("1 Import", exc)
+    log("3 projection")
+    try:
+        rows += await bench_projection(dsn, store, doc, imported, sizes)
+    except Exception as exc:
+        rows += error_rows("3 Projection", exc)
+    log("4 replay")
+    try:
+        if not imported:
+            raise RuntimeError("nothing imported (row 1 failed)")
+        rows += await bench_replay(dsn, store, imported)
+    except Exception as exc:
+        rows += error_rows("4 Replay", exc)
+    log("2 appends")
+    try:
+        rows += await bench_appends(dsn, store, sizes)
+    except Exception as exc:
+        rows += error_rows("2 Appends", exc)
+    return rows
+
+
+async def run(
+    admin: str, server: str, sizes: Sizes, log: Callable[[str], None]
+) -> tuple[list[Row], dict[str, str]]:
+    tag = f"cwbench_{os.getpid()}"
+    main_dsn = await create_database(admin, tag)
+    agent_dsn = await create_database(admin, tag + "_agent")
+    rows: list[Row] = []
+    try:
+        facts = await machine_facts(main_dsn, server)
+        largest = max(sizes.import_nodes, *sizes.projection)
+        log(f"generating a {largest:,}-node session")
+        start = time.perf_counter()
+        doc = generate_nodes(largest)
+        log(f"  {time.perf_counter() - start:.1f} s")
+        # Millions of long-lived workload objects would make every full collection of
+        # Python's garbage collector slow down whichever side happens to trigger it.
+        gc.collect()
+        gc.freeze()
+        try:
+            store = await cwstore.connect(main_dsn, min_size=2, max_size=16)
+        except Exception as exc:
+            rows += error_rows("1-4 cwstore.connect", exc)
+        else:
+            try:
+                rows += await store_sections(main_dsn, store, doc, sizes, log)
+            finally:
+                await store.close()
+        del doc
+        log("5 versus LangGraph")
+        try:
+            rows += await bench_langgraph(agent_dsn, sizes)
+        except Exception as exc:
+            rows += error_rows("5 vs LangGraph", exc)
+    finally:
+        for name in (tag, tag + "_agent"):
+            with contextlib.suppress(Exception):
+                await drop_database(admin, name)
+    rows.sort(key=lambda r: r.name[:1])  # table order 1..5, each section's rows in order
+    return rows, facts
+
+
+def render(rows: list[Row], facts: dict[str, str], title: str, console: Console) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in ("benchmark", "cwstore", "baseline", "ratio", "target", "pass?"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        verdict = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]"}.get(r.verdict, r.verdict)
+        table.add_row(r.name, r.cwstore, r.baseline, r.ratio, r.target, verdict)
+    console.print(table)
+    for k, v in facts.items():
+        console.print(f"[dim]{k}:[/] {v}")
+
+
+def markdown(rows: list[Row], facts: dict[str, str], title: str, command: str) -> str:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = [
+        "# cwstore benchmark results",
+        "",
+        f"{title}. Written by `{command}`; see README.md for what each row measures.",
+        "",
+        "| benchmark | cwstore | baseline | ratio | target | pass? |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            "| "
+            + " | ".join(
+                cell(x) for x in (r.name, r.cwstore, r.baseline, r.ratio, r.target, r.verdict)
+            )
+            + " |"
+        )
+    lines += ["", "## Machine", ""]
+    lines += [f"- {k}: {v}" for k, v in facts.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
+    parser.add_argument(
+        "--dsn",
+        help="a PostgreSQL URL to benchmark on (scratch databases "
+        "are created and dropped); default: embedded server",
+    )
+    parser.add_argument("--write-results", action="store_true", help="write benchmarks/RESULTS.md")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    err = Console(stderr=True)
+    began = time.perf_counter()
+
+    def log(msg: str) -> None:
+        err.print(f"[dim]{time.perf_counter() - began:6.1f}s[/] {msg}")
+
+    if args.dsn:
+        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log))
+    else:
+        log("starting an embedded PostgreSQL (default durability settings)")
+        with embedded_server() as admin:
+            rows, facts = asyncio.run(run(admin, "embedded, cwstore.server", sizes, log))
+    total = time.perf_counter() - began
+    facts["Run"] = (
+        f"{'--quick' if args.quick else 'full'}, {total:.0f} s in total, "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    title = f"cwstore benchmarks ({'quick' if args.quick else 'full'})"
+    render(rows, facts, title, console)
+    if args.write_results:
+        command = (
+            "python benchmarks/run.py"
+            + (" --quick" if args.quick else "")
+            + (" --dsn …" if args.dsn else "")
+        )
+        (HERE / "RESULTS.md").write_text(markdown(rows, facts, title, command))
+        console.print(f"wrote {HERE / 'RESULTS.md'}")
+    return 1 if any(r.ok is False and r.cwstore.startswith("error") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
