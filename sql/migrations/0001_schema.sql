@@ -331,14 +331,25 @@ END $$;
 
 -- The trigger's statements are planned once per session and the plans kept, so a plan
 -- made for a one-node append would be reused for a 100,000-node import and the other
--- way round. Two functions with the same body, each handling one size class, keep a
--- plan fit for each: nodes_inserted_small for batches of up to 256 rows,
--- nodes_inserted_bulk for larger ones. Both fire; the one not concerned returns at once.
+-- way round. Two functions share one body and differ in how they derive: for batches
+-- of up to 256 rows (nodes_inserted_small) a loop of short index lookups and writes
+-- per node, for larger ones (nodes_inserted_bulk) set-based statements over the whole
+-- transition table. Both fire; the one not concerned returns at once. The test suites
+-- run both: appends and small imports take the loop, large imports the sets.
 DO $do$
 DECLARE
   body constant text := $body$
 DECLARE
   r record;
+  nd record;
+  v_head record;
+  v_pid text;
+  v_prev text;
+  v_pseq bigint;
+  v_pseqs bigint[];
+  v_pos integer;
+  v_folds boolean;
+  v_count bigint;
   v_rows bigint;
   v_semantic boolean;
   v_keyed boolean;
@@ -386,6 +397,46 @@ BEGIN
   END IF;
   END IF;
 
+  /*DERIVE*/
+
+  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
+  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
+  WITH x AS (
+    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+      FROM new_nodes GROUP BY graph_id
+  ), u AS (
+    UPDATE cwstore.graphs g SET length = x.hi
+      FROM x
+     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
+    RETURNING g.graph_id, g.length
+  ), woken AS (
+    SELECT pg_notify('cwstore', u.graph_id || ':' || u.length) FROM u
+  )
+  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
+  IF v_rows > 0 THEN
+    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
+      INTO r
+      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+              FROM new_nodes GROUP BY graph_id) x
+      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
+                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
+     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
+     LIMIT 1;
+    IF FOUND THEN
+      IF r.missing THEN
+        RAISE EXCEPTION USING ERRCODE = 'CW404',
+          MESSAGE = format('graph id %s does not exist', r.graph_id),
+          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+      END IF;
+      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+    END IF;
+  END IF;
+  RETURN NULL;
+END
+$body$;
+  derive_bulk constant text := $derive$
   -- Parents: resolve, check existence, order and uniqueness, and record the edges; then
   -- close the frontier spans of parents and open spans for the new heads (SPEC 4's fold:
   -- semantic nodes and parentless system nodes leave the frontier alone).
@@ -491,53 +542,87 @@ BEGIN
   SELECT n.graph_id, n.kind, n.seq,
          b.n + row_number() OVER (PARTITION BY n.graph_id, n.kind ORDER BY n.seq)
     FROM new_nodes n JOIN base b ON b.graph_id = n.graph_id AND b.kind = n.kind;
-
-  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
-  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
-  WITH x AS (
-    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-      FROM new_nodes GROUP BY graph_id
-  ), u AS (
-    UPDATE cwstore.graphs g SET length = x.hi
-      FROM x
-     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
-    RETURNING g.graph_id, g.length
-  ), woken AS (
-    SELECT pg_notify('cwstore', u.graph_id || ':' || u.length) FROM u
-  )
-  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
-  IF v_rows > 0 THEN
-    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
-      INTO r
-      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-              FROM new_nodes GROUP BY graph_id) x
-      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
-                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
-     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
-     LIMIT 1;
-    IF FOUND THEN
-      IF r.missing THEN
-        RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', r.graph_id),
-          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+$derive$;
+  derive_small constant text := $derive$
+  -- One node at a time, in sequence order: the same checks and the same derived rows
+  -- as the set-based statements of the bulk path, each a short index lookup or write,
+  -- which is what a single append needs.
+  FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
+    v_folds := NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0));
+    v_pseqs := '{}';
+    v_prev := NULL;
+    FOREACH v_pid IN ARRAY nd.parents LOOP
+      v_pos := cardinality(v_pseqs);
+      IF v_prev IS NOT NULL AND v_prev COLLATE "C" >= v_pid COLLATE "C" THEN
+        PERFORM cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
+          format('$.parents[%s]', v_pos), 'parents must be sorted ascending and listed once');
       END IF;
-      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
-        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+      SELECT m.seq INTO v_pseq FROM cwstore.nodes m
+       WHERE m.graph_id = nd.graph_id AND m.id = v_pid;
+      IF NOT FOUND THEN
+        PERFORM cwstore._violation('missing_parent', nd.graph_id, nd.seq, nd.id,
+          format('$.parents[%s]', v_pos), format('parent %s does not exist', v_pid));
+      ELSIF v_pseq >= nd.seq THEN
+        PERFORM cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
+          format('$.parents[%s]', v_pos), format('parent %s is not earlier in sequence', v_pid));
+      END IF;
+      v_pseqs := v_pseqs || v_pseq;
+      v_prev := v_pid;
+    END LOOP;
+    IF cardinality(v_pseqs) > 0 THEN
+      INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+      SELECT nd.graph_id, nd.seq, u.o::integer - 1, u.s
+        FROM unnest(v_pseqs) WITH ORDINALITY AS u(s, o);
+      IF v_folds THEN
+        UPDATE cwstore.frontier_spans SET to_seq = nd.seq
+         WHERE graph_id = nd.graph_id AND head_seq = ANY (v_pseqs)
+           AND to_seq = 9223372036854775807;
+      END IF;
     END IF;
-  END IF;
-  RETURN NULL;
-END
-$body$;
+    IF v_folds THEN
+      INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)
+      VALUES (nd.graph_id, nd.seq, nd.seq, 0);
+    END IF;
+
+    IF nd.resource_key IS NOT NULL THEN
+      SELECT h.head_seq, h.head_id, h.version INTO v_head
+        FROM cwstore.key_heads h WHERE h.graph_id = nd.graph_id AND h.key = nd.resource_key;
+      IF FOUND THEN
+        IF NOT (v_head.head_id = ANY (nd.parents)) THEN
+          PERFORM cwstore._chain_conflict(nd.graph_id, nd.resource_key, nd.seq, nd.id,
+                                          v_head.head_id, nd.parents);
+        END IF;
+        UPDATE cwstore.key_versions SET to_seq = nd.seq
+         WHERE graph_id = nd.graph_id AND key = nd.resource_key AND node_seq = v_head.head_seq;
+        UPDATE cwstore.key_heads SET head_seq = nd.seq, head_id = nd.id, version = v_head.version + 1
+         WHERE graph_id = nd.graph_id AND key = nd.resource_key;
+        INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq)
+        VALUES (nd.graph_id, nd.resource_key, v_head.version + 1, nd.seq);
+      ELSE
+        INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
+        VALUES (nd.graph_id, nd.resource_key, nd.seq, nd.id, 1, nd.seq);
+        INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq)
+        VALUES (nd.graph_id, nd.resource_key, 1, nd.seq);
+      END IF;
+    END IF;
+
+    SELECT k.n INTO v_count FROM cwstore.kind_counts k
+     WHERE k.graph_id = nd.graph_id AND k.kind = nd.kind ORDER BY k.seq DESC LIMIT 1;
+    INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+    VALUES (nd.graph_id, nd.kind, nd.seq, coalesce(v_count, 0) + 1);
+  END LOOP;
+$derive$;
 BEGIN
   EXECUTE format('CREATE FUNCTION cwstore._nodes_inserted_small() RETURNS trigger '
                  'LANGUAGE plpgsql AS %L',
-                 replace(body, '/*SIZE_GUARD*/',
-                         'IF v_rows > 256 OR v_rows = 0 THEN RETURN NULL; END IF;'));
+                 replace(replace(body, '/*SIZE_GUARD*/',
+                         'IF v_rows > 256 OR v_rows = 0 THEN RETURN NULL; END IF;'),
+                         '/*DERIVE*/', derive_small));
   EXECUTE format('CREATE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger '
                  'LANGUAGE plpgsql AS %L',
-                 replace(body, '/*SIZE_GUARD*/',
-                         'IF v_rows <= 256 THEN RETURN NULL; END IF;'));
+                 replace(replace(body, '/*SIZE_GUARD*/',
+                         'IF v_rows <= 256 THEN RETURN NULL; END IF;'),
+                         '/*DERIVE*/', derive_bulk));
 END
 $do$;
 
