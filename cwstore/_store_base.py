@@ -79,6 +79,10 @@ def resolve_dsn(dsn: str | None) -> str:
     return ensure_server()
 
 
+MAX_GRAPH_NAME_BYTES = 2000
+"""Longest graph name, in UTF-8 bytes (a btree index entry holds at most ~2,700)."""
+
+
 def check_graph_name(graph: Any) -> str:
     """A graph name is any non-empty string PostgreSQL text can hold (no U+0000).
 
@@ -89,6 +93,11 @@ def check_graph_name(graph: Any) -> str:
         raise InputError(f"a graph name must be a non-empty string, got {graph!r}")
     if "\x00" in graph or jsontext._bad_string(graph):
         raise InputError("a graph name cannot hold U+0000 or a lone surrogate")
+    if len(graph.encode("utf-8")) > MAX_GRAPH_NAME_BYTES:
+        raise InputError(
+            f"a graph name is at most {MAX_GRAPH_NAME_BYTES} bytes of UTF-8 "
+            f"(this one has {len(graph.encode('utf-8'))})"
+        )
     return graph
 
 
@@ -288,6 +297,7 @@ def prepare_batch(
                 and "payload" in node
                 and (rkey is None or isinstance(rkey, str))
                 and not any(jsontext.problems(payload))
+                and not any(jsontext._bad_string(x) for x in [kind, rkey or "", *node["parents"]])
             ):
                 node["id"] = compute_id(kind, node["parents"], payload, rkey)
             else:

@@ -340,6 +340,14 @@ def check_nodes(
                         bad("shape", f"{np}.parents[{j}]", "parent must be a string id")
             else:
                 parents_ok = True
+                for j, p in enumerate(parents):
+                    if jsontext._bad_string(p):
+                        bad(
+                            "unrepresentable",
+                            f"{np}.parents[{j}]",
+                            "parent id holds a lone surrogate",
+                        )
+                        parents_ok = False
                 dup: set[str] = set()
                 if len(set(parents)) != len(parents):
                     dup = {p for p in parents if parents.count(p) > 1}

@@ -40,7 +40,7 @@ from ._store_base import (
     state_from_text,
     stored_nodes,
 )
-from .errors import DatabaseError, Error, InputError, UnknownGraphError
+from .errors import DatabaseError, Error, InputError, UnknownGraphError, ValidationError
 from .model import AgentState, CausalNode
 from .projection import KeyVersion, Projection
 from .rules import Vocabulary
@@ -54,6 +54,10 @@ _COPY_SQL = (
 _TAIL_BATCH = 1000
 _POLL_SECONDS = 1.0
 Conn = psycopg.Connection[TupleRow]
+
+
+class _AbortCopy(Exception):
+    """Ends a COPY early (psycopg sends CopyFail); the real reason is re-raised after."""
 
 
 def connect_sync(
@@ -166,9 +170,18 @@ class Store:
             graph_id = self._one(
                 conn, q("begin_import"), graph, list(vocab.types) if vocab.types else None
             )
-            with conn.cursor().copy(_COPY_SQL) as copy:
-                for row in plan.records(graph_id):
-                    copy.write_row(row)
+            refused: ValidationError | None = None
+            try:
+                with conn.cursor().copy(_COPY_SQL) as copy:
+                    try:
+                        for row in plan.records(graph_id):
+                            copy.write_row(row)
+                    except ValidationError as exc:
+                        refused = exc
+                        raise _AbortCopy from None
+            except _AbortCopy:
+                assert refused is not None
+                raise refused from None
             conn.execute(q("declare_frontier"), (graph_id, plan.frontier))
         if plan.count >= BULK_ANALYZE_THRESHOLD:
             with self._conn() as conn:

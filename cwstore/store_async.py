@@ -104,7 +104,13 @@ def _wrap(exc: BaseException, batch_ids: Sequence[str] = ()) -> Error:
     return DatabaseError(f"{type(exc).__name__}: {exc}")
 
 
-_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ConnectionError)
+_DB_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    ConnectionError,
+)
 
 
 class AsyncStore:
@@ -182,12 +188,7 @@ class AsyncStore:
         plan = ImportPlan(state, vocab)
         async with self._conn() as conn, conn.transaction():
             graph_id = await conn.fetchval(q("begin_import"), graph, _vocab_arg(vocab))
-            await conn.copy_records_to_table(
-                "nodes",
-                schema_name="cwstore",
-                columns=_COPY_COLUMNS,
-                records=_streamed(plan.records(graph_id)),
-            )
+            await _copy_or_fail(conn, plan, graph_id)
             await conn.execute(q("declare_frontier"), graph_id, plan.frontier)
         if plan.count >= BULK_ANALYZE_THRESHOLD:
             async with self._conn() as conn:
@@ -404,6 +405,40 @@ class AsyncStore:
 
 def _vocab_arg(vocab: Vocabulary) -> list[str] | None:
     return list(vocab.types) if vocab.types is not None else None
+
+
+async def _copy_or_fail(conn: Any, plan: ImportPlan, graph_id: int) -> None:
+    """COPY the plan's rows; if the connection dies meanwhile, fail instead of waiting.
+
+    asyncpg's COPY can wait forever for a socket that will never drain once the backend
+    is gone, so a termination listener cancels it.
+    """
+    copy = asyncio.ensure_future(
+        conn.copy_records_to_table(
+            "nodes",
+            schema_name="cwstore",
+            columns=_COPY_COLUMNS,
+            records=_streamed(plan.records(graph_id)),
+        )
+    )
+    lost = False
+
+    def on_lost(_: Any) -> None:
+        nonlocal lost
+        lost = True
+        copy.cancel()
+
+    conn.add_termination_listener(on_lost)
+    try:
+        await copy
+    except asyncio.CancelledError:
+        if not lost:
+            raise
+        raise DatabaseError(
+            "the connection was lost during the import; nothing was written"
+        ) from None
+    finally:
+        conn.remove_termination_listener(on_lost)
 
 
 async def _streamed(rows: Iterable[tuple[Any, ...]]) -> AsyncIterator[tuple[Any, ...]]:

@@ -63,13 +63,33 @@ $$;
 -- (plpgsql: a non-inlinable SQL function costs more per row in a bulk load.)
 CREATE FUNCTION cwstore.parse_time(created_at text) RETURNS timestamptz
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_local text;
+  v_zone text;
+  v_t timestamp;
 BEGIN
-  IF length(created_at) > 27 AND created_at ~ '\.\d{7}' THEN
-    RETURN regexp_replace(created_at, '(\.\d{6})\d+', '\1')::timestamptz
-           + CASE WHEN substring(created_at FROM '\.\d{6}(\d+)') ~ '[1-9]'
-                  THEN interval '1 microsecond' ELSE interval '0' END;
+  -- Split the zone off and apply it by hand: RFC 3339 allows offsets up to +-23:59,
+  -- PostgreSQL's timestamptz input only up to +-15:59.
+  IF right(created_at, 1) IN ('Z', 'z') THEN
+    v_local := left(created_at, length(created_at) - 1);
+    v_zone := '+00:00';
+  ELSIF substr(created_at, length(created_at) - 5, 1) NOT IN ('+', '-')
+        OR substr(created_at, length(created_at) - 2, 1) <> ':' THEN
+    RETURN NULL;  -- no zone: nodes_created_at_check refuses the row
+  ELSE
+    v_local := left(created_at, length(created_at) - 6);
+    v_zone := right(created_at, 6);
   END IF;
-  RETURN created_at::timestamptz;
+  IF v_local ~ '\.\d{7}' THEN
+    v_t := regexp_replace(v_local, '(\.\d{6})\d+', '\1')::timestamp
+           + CASE WHEN substring(v_local FROM '\.\d{6}(\d+)') ~ '[1-9]'
+                  THEN interval '1 microsecond' ELSE interval '0' END;
+  ELSE
+    v_t := v_local::timestamp;
+  END IF;
+  RETURN (v_t - (CASE left(v_zone, 1) WHEN '-' THEN -1 ELSE 1 END)
+                * make_interval(hours => substr(v_zone, 2, 2)::int,
+                                mins => substr(v_zone, 5, 2)::int)) AT TIME ZONE 'UTC';
 END $$;
 
 CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box

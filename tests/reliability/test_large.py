@@ -1,0 +1,268 @@
+"""Large inputs: a 10 MB payload, a 200,000-node import with bounded memory, and clear
+refusals at the limits (nesting deeper than :data:`cwstore.jsontext.MAX_DEPTH`,
+semantic content over 100,000 characters of JSON).
+
+Memory is the test process's peak resident set size (``VmHWM`` in
+``/proc/self/status``, reset before the call by writing ``5`` to
+``/proc/self/clear_refs``; where that is not allowed, ``VmRSS`` sampled every 2 ms).
+The bounds are stated against the document's JSON text size; docs/reliability.md
+records what was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from reliability_support import CLIENTS, T0, Client, assert_graph, chain, document
+
+import cwstore
+from cwstore import compute_id, fold_frontier, jsontext
+from cwstore.rules import SEMANTIC_CONTENT_MAX
+
+BIG_NODES = 200_000
+# Peak RSS growth of the process while import_state runs, as a multiple of the
+# document's JSON text size (UTF-8 bytes). Measured on PostgreSQL 15 and 18 (see
+# docs/reliability.md): 0.7-0.8x for the 200,000-node chain (41 MB as JSON) given as
+# parsed objects, whose rows stream to COPY; about 11x for the single-node document of
+# 14.8 MB given as text, whose 9.5 million characters include emoji, so Python holds
+# each copy of the string at 4 bytes per character (the parsed value, the identity
+# text, the COPY text: about 3.5 copies of 38 MB).
+IMPORT_FROM_OBJECTS_BOUND = 2.0
+IMPORT_FROM_TEXT_BOUND = 16.0
+
+
+# --- memory --------------------------------------------------------------------------------
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/self/status")
+
+
+class PeakRSS:
+    """Peak resident set size growth (bytes) of this process inside a ``with`` block."""
+
+    def __init__(self) -> None:
+        self.growth = 0
+        self.method = ""
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[PeakRSS]:
+        base = _status_kb("VmRSS")
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to VmRSS
+            self.method = "VmHWM"
+        except OSError:
+            self.method = "VmRSS sampled"
+        peak = [base]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.002):
+                peak[0] = max(peak[0], _status_kb("VmRSS"))
+
+        sampler = None
+        if self.method != "VmHWM":
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            if sampler is not None:
+                sampler.join()
+            top = _status_kb("VmHWM") if self.method == "VmHWM" else peak[0]
+            self.growth = max(0, top - base) * 1024
+
+
+# --- a 10 MB payload -------------------------------------------------------------------------
+
+
+def _ten_mb_node() -> dict[str, Any]:
+    unit = 'héllo wörld 😀 \u0000 "quoted" \\ \u202eRTL\u202c e\u0301 \t\n'
+    payload = {
+        "blob": unit * (9_500_000 // len(unit)),
+        "numbers": [*range(50_000), 0.1, 1e21, 5e-324, -(2**53 - 1)],
+        "nested": {"z": 1, "a": [None, True, {"": ""}]},
+    }
+    return {
+        "id": compute_id("tool_result", [], payload),
+        "kind": "tool_result",
+        "parents": [],
+        "payload": payload,
+        "createdAt": T0,
+        "sequence": 1,
+    }
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_ten_mb_payload_round_trips_exactly(
+    db_dsn: str, aconn: asyncpg.Connection, client: str
+) -> None:
+    node = _ten_mb_node()
+    text = jsontext.dumps(document([node]))
+    size = len(text.encode())
+    assert size > 10_000_000
+    store = await Client.open(client, db_dsn, min_size=1, max_size=1)
+    try:
+        graph = f"ten-mb-{uuid.uuid4().hex[:8]}"
+        with PeakRSS().measure() as mem:
+            assert await store.call("import_state", graph, text) == 1
+        assert mem.growth < IMPORT_FROM_TEXT_BOUND * size, (
+            f"importing {size:,} bytes of JSON text grew the peak RSS by "
+            f"{mem.growth:,} bytes ({mem.method})"
+        )
+        assert await store.call("export_json", graph) == text
+
+        # The same node appended live comes back byte for byte too.
+        graph2 = f"ten-mb-append-{uuid.uuid4().hex[:8]}"
+        out = await store.call(
+            "append", graph2, [{k: v for k, v in node.items() if k != "sequence"}]
+        )
+        assert [(n.id, n.sequence) for n in out] == [(node["id"], 1)]
+        assert await store.call("export_json", graph2) == text
+    finally:
+        await store.close()
+
+
+# --- 200,000 nodes -----------------------------------------------------------------------
+
+
+async def test_two_hundred_thousand_nodes_with_bounded_memory(
+    db_dsn: str, aconn: asyncpg.Connection
+) -> None:
+    """A 200,000-node chain imported from a parsed document (the form the runtime hands
+    over); the import streams it to COPY, so the process grows by about one text size
+    (checking plus rows in flight), not by copies of the whole document."""
+    doc = document(chain(BIG_NODES, tag="two-hundred-thousand"))
+    text = jsontext.dumps(doc)
+    store = await cwstore.connect(db_dsn, min_size=1, max_size=1, migrate_schema=False)
+    try:
+        graph = f"big-{uuid.uuid4().hex[:8]}"
+        with PeakRSS().measure() as mem:
+            assert await store.import_state(graph, doc) == BIG_NODES
+        assert mem.growth < IMPORT_FROM_OBJECTS_BOUND * len(text.encode()), (
+            f"importing {BIG_NODES:,} nodes ({len(text.encode()):,} bytes as JSON) grew the peak "
+            f"RSS by {mem.growth:,} bytes ({mem.method})"
+        )
+        assert (
+            await aconn.fetchval("SELECT length FROM cwstore.graphs WHERE name = $1", graph)
+            == BIG_NODES
+        )
+        assert await store.export_json(graph) == text
+        assert await store.frontier(graph) == doc["frontier"]
+    finally:
+        await store.close()
+
+
+# --- refusals at the limits ------------------------------------------------------------------
+
+
+def _nested(levels: int) -> Any:
+    """``levels`` levels of arrays and objects, alternating, innermost ``[]``."""
+    value: Any = []
+    for i in range(levels - 1):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def _node(kind: str, payload: Any, key: str | None = None) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "id": compute_id(kind, [], payload, key),
+        "kind": kind,
+        "parents": [],
+        "payload": payload,
+        "createdAt": T0,
+        "sequence": 1,
+    }
+    if key is not None:
+        node["resourceKey"] = key
+    return node
+
+
+def _semantic(content: Any) -> dict[str, Any]:
+    return _node(
+        "semantic", {"type": "memory", "key": "big", "content": content}, "semantic:memory:big"
+    )
+
+
+async def _accepted_both_ways(store: Client, node: dict[str, Any]) -> None:
+    """Imported (frontier declared) and appended (frontier folded): exact round trip."""
+    text = jsontext.dumps(document([node]))
+    graph = f"limit-{uuid.uuid4().hex[:8]}"
+    assert await store.call("import_state", graph, text) == 1
+    assert await store.call("export_json", graph) == text
+    graph = f"limit-{uuid.uuid4().hex[:8]}"
+    await store.call("append", graph, [{k: v for k, v in node.items() if k != "sequence"}])
+    folded = {**document([node]), "frontier": fold_frontier([node])}
+    assert await store.call("export_json", graph) == jsontext.dumps(folded)
+
+
+async def _refused_both_ways(
+    store: Client, aconn: asyncpg.Connection, node: dict[str, Any], code: str
+) -> list[cwstore.Violation]:
+    found: list[cwstore.Violation] = []
+    for how in ("import_state", "append"):
+        graph = f"limit-{uuid.uuid4().hex[:8]}"
+        arg: Any = (
+            jsontext.dumps(document([node]))
+            if how == "import_state"
+            else [{k: v for k, v in node.items() if k != "sequence"}]
+        )
+        with pytest.raises(cwstore.ValidationError) as caught:
+            await store.call(how, graph, arg)
+        assert code in caught.value.codes, (how, caught.value.violations)
+        found.extend(caught.value.violations)
+        await assert_graph(aconn, graph, [])
+    return found
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_nesting_limit(db_dsn: str, aconn: asyncpg.Connection, client: str) -> None:
+    """MAX_DEPTH levels import and append and come back exactly; one more is refused
+    with ``unrepresentable``, naming the node and the JSON path."""
+    store = await Client.open(client, db_dsn, min_size=1, max_size=1)
+    try:
+        await _accepted_both_ways(store, _node("inference", _nested(jsontext.MAX_DEPTH)))
+        deep = _node("inference", _nested(jsontext.MAX_DEPTH + 1))
+        for v in await _refused_both_ways(store, aconn, deep, "unrepresentable"):
+            assert v.code == "unrepresentable"
+            assert v.index == 0 and v.node_id == deep["id"]
+            assert v.path.startswith(("$.nodes[0].payload", "$[0].payload"))
+            assert str(jsontext.MAX_DEPTH) in v.message
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_semantic_content_limit(db_dsn: str, aconn: asyncpg.Connection, client: str) -> None:
+    """Semantic content is at most 100,000 characters of JSON, counted as JavaScript
+    counts them (UTF-16 code units of ``JSON.stringify(content)``)."""
+    assert SEMANTIC_CONTENT_MAX == 100_000
+    store = await Client.open(client, db_dsn, min_size=1, max_size=1)
+    try:
+        await _accepted_both_ways(store, _semantic("c" * (SEMANTIC_CONTENT_MAX - 2)))
+        await _accepted_both_ways(store, _semantic("😀" * ((SEMANTIC_CONTENT_MAX - 2) // 2)))
+        for content in ("c" * (SEMANTIC_CONTENT_MAX - 1), "😀" * (SEMANTIC_CONTENT_MAX // 2)):
+            for v in await _refused_both_ways(store, aconn, _semantic(content), "semantic_payload"):
+                assert v.code == "semantic_payload"
+                assert v.path.endswith(".payload.content")
+    finally:
+        await store.close()
+
+
+def test_peak_rss_measurement_sees_a_50_mb_allocation() -> None:
+    """The measuring helper itself: 50 MB written inside the block show up."""
+    with PeakRSS().measure() as mem:
+        blob = b"x" * 50_000_000
+        del blob
+    assert mem.growth >= 45_000_000, (mem.growth, mem.method)
