@@ -506,7 +506,7 @@ COMMENT ON FUNCTION cwstore.path(text, text, text) IS
 --   Every version of a resource key (semantic keys as "semantic:<type>:<key>"), oldest
 --   first: version from 1, the node, its runtime createdAt, when the database stored it,
 --   and its payload (jsonb, and the exact text). Empty for a key the graph never had.
---   Cost: O(v log n) for the v versions (key_versions_pkey, then nodes_pkey).
+--   Cost: O(v log n) for the v versions (key_versions_seq_idx, then nodes_pkey).
 CREATE FUNCTION cwstore.key_history(p_graph text, p_key text)
 RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
                recorded_at timestamptz, payload jsonb, payload_text text)
