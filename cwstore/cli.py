@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import jsontext
 from .errors import Error, InputError, ValidationError, Violation
 from .rules import Vocabulary, parse_document, validate
 
@@ -150,10 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
-
-
-def _json_line(value: Any) -> str:
-    return jsontext.dumps(value)
 
 
 if __name__ == "__main__":  # pragma: no cover
