@@ -31,7 +31,7 @@ from typing import LiteralString
 
 from cwstore.errors import Error, MigrationError
 
-__all__ = ["Migration", "migrations", "queries", "sql_dir"]
+__all__ = ["Migration", "migrations", "queries", "script", "sql_dir"]
 
 _MIGRATION_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 _QUERY_MARKER = re.compile(r"^--\s*name:\s*(?P<name>\S+)\s*$")
@@ -190,3 +190,16 @@ def queries(directory: Traversable | None = None) -> dict[str, LiteralString]:
         body = []
     finish()
     return result
+
+
+def script(name: str) -> LiteralString:
+    """The text of a SQL script beside the migrations (e.g. ``roles.sql``).
+
+    Raises :class:`~cwstore.errors.Error` when the file is missing.
+    """
+    path = sql_dir() / name
+    if not path.is_file():
+        raise Error(f"SQL script {name!r} is missing from {sql_dir()}")
+    # Shipped inside the package, like the migrations: as trusted as a literal (mypy
+    # treats LiteralString as str).
+    return path.read_text(encoding="utf-8")

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, LiteralString, cast
 
 from . import jsontext
@@ -107,14 +108,27 @@ def js_now() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
+def tenant_settings(tenant: str | None) -> dict[str, str]:
+    """The session settings for a store's ``tenant=`` option (``{}`` for none).
+
+    Raises :class:`InputError` for a tenant that is not a non-empty string without NUL.
+    """
+    if tenant is None:
+        return {}
+    if not isinstance(tenant, str) or not tenant or "\x00" in tenant:
+        raise InputError(f"tenant must be a non-empty string without NUL, got {tenant!r}")
+    return {"cwstore.tenant": tenant}
+
+
 @dataclass(frozen=True, slots=True)
 class GraphInfo:
-    """A graph's name, length and semantic vocabulary (``None`` = dynamic)."""
+    """A graph's name, length, semantic vocabulary (``None`` = dynamic) and tenant."""
 
     name: str
     length: int
     vocabulary: tuple[str, ...] | None
     created_at: datetime
+    tenant: str = "default"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -238,9 +252,35 @@ class ImportPlan:
         if violations:
             raise ValidationError(violations)
 
+    def column_slices(self, graph_id: int) -> Iterator[list[list[Any]]]:
+        """The rows of :meth:`records` as ``import_rows_v1`` takes them, a slice at a time.
+
+        The import path of roles that may not COPY into ``cwstore.nodes``: each slice is
+        the arguments after ``graph_id`` (sequences, ids, kinds, parents as array
+        literals, payloads, createdAt texts, resource keys). Raises like :meth:`records`.
+        """
+        rows = self.records(graph_id)
+        while chunk := list(islice(rows, self.SLICE)):
+            cols = list(zip(*chunk, strict=True))
+            yield [
+                list(cols[1]),
+                list(cols[2]),
+                list(cols[3]),
+                [array_literal(p) for p in cols[4]],
+                list(cols[5]),
+                list(cols[6]),
+                list(cols[7]),
+            ]
+
     @property
     def frontier(self) -> list[str]:
         return list(self.doc["frontier"])
+
+
+def array_literal(items: Sequence[str]) -> str:
+    """A PostgreSQL ``text[]`` literal of ``items``, every element quoted."""
+    quoted = (i.replace("\\", "\\\\").replace('"', '\\"') for i in items)
+    return "{" + ",".join(f'"{i}"' for i in quoted) + "}"
 
 
 @dataclass(frozen=True, slots=True)

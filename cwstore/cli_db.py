@@ -59,10 +59,22 @@ def _read(path: str) -> bytes:
 def cmd_init(args: argparse.Namespace) -> int:
     import psycopg
 
-    from . import migrate
     from ._store_base import resolve_dsn
+    from .store import _wrap
 
+    members = _tenant_members(args.tenant)
     dsn = resolve_dsn(args.dsn)
+    try:
+        return _init(args, dsn, members)
+    except (psycopg.Error, OSError) as exc:
+        raise _wrap(exc) from exc
+
+
+def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) -> int:
+    import psycopg
+
+    from . import migrate, roles
+
     with psycopg.connect(dsn, autocommit=True) as conn:
         if args.dry_run:
             st = migrate.status_sync(conn)
@@ -73,11 +85,28 @@ def cmd_init(args: argparse.Namespace) -> int:
             )
             return 0
         applied = migrate.apply_migrations_sync(conn)
-    print(
-        f"schema up to date (applied {len(applied)} migration{'s' if len(applied) != 1 else ''})",
-        file=sys.stderr,
-    )
+        print(
+            f"schema up to date (applied {len(applied)} "
+            f"migration{'s' if len(applied) != 1 else ''})",
+            file=sys.stderr,
+        )
+        if args.roles:
+            roles.install_roles_sync(conn)
+            print(f"roles {roles.READER} and {roles.WRITER} ready", file=sys.stderr)
+        for tenant, role in members:
+            roles.add_tenant_member_sync(conn, tenant, role)
+            print(f"role {role} belongs to tenant {tenant!r}", file=sys.stderr)
     return 0
+
+
+def _tenant_members(specs: list[str]) -> list[tuple[str, str]]:
+    members = []
+    for spec in specs:
+        tenant, sep, role = spec.rpartition("=")
+        if not sep or not tenant or not role:
+            raise InputError(f"--tenant {spec!r}: expected TENANT=ROLE, e.g. acme=alice")
+        members.append((tenant, role))
+    return members
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -108,6 +137,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
                         "name": g.name,
                         "length": g.length,
                         "vocabulary": list(g.vocabulary) if g.vocabulary else None,
+                        "tenant": g.tenant,
                     }
                     for g in graphs
                 ]
@@ -187,6 +217,19 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p = sub.add_parser("init", help="create or upgrade the schema (idempotent)")
     add_dsn(p)
     p.add_argument("--dry-run", action="store_true", help="only show pending migrations")
+    p.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the roles cwstore_reader and cwstore_writer and grant them "
+        "(needs CREATEROLE)",
+    )
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="TENANT=ROLE",
+        help="let ROLE (and its members) read and write TENANT's graphs; repeatable",
+    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("import", help="import an AgentState document into an empty graph")

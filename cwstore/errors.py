@@ -25,6 +25,7 @@ __all__ = [
     "InputError",
     "LengthConflictError",
     "MigrationError",
+    "PermissionDeniedError",
     "StoreTimeoutError",
     "UnknownGraphError",
     "ValidationError",
@@ -239,6 +240,26 @@ class GraphExistsError(Error, sqlstate="CW412"):
     @classmethod
     def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
         return cls(message, graph=detail.get("graph"), length=detail.get("length"))
+
+
+class PermissionDeniedError(Error, sqlstate="42501"):
+    """The role may not do this: a write to another tenant's graph, a table or function
+    its grants do not cover (a reader appending, a writer touching a table directly).
+
+    ``graph`` and ``role`` are set when a write function refused a tenant's graph;
+    nothing was written or locked.
+    """
+
+    def __init__(
+        self, message: str | None = None, *, graph: str | None = None, role: str | None = None
+    ) -> None:
+        self.graph = graph
+        self.role = role
+        super().__init__(message or f"role {role!r} may not write graph {graph!r}")
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        return cls(message, graph=detail.get("graph"), role=detail.get("role"))
 
 
 class MigrationError(Error):

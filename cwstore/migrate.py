@@ -15,7 +15,8 @@ How a run goes, the same for psycopg (:func:`apply_migrations_sync`) and asyncpg
    migration's checksum differs from its file, and lists the pending ones.
 2. For each pending migration, one transaction: take the lock again, re-read what is
    recorded (another process may have applied it while we waited), run the whole file
-   as one multi-statement script, record it, commit.
+   as one multi-statement script, record it, re-apply the role grants where
+   ``cwstore init --roles`` set them up (:mod:`cwstore.roles`), commit.
 
 So two processes migrating at once never both apply a file: the second waits for the
 lock, then finds the migration recorded. A failing migration rolls back whole and
@@ -74,6 +75,20 @@ _READ_APPLIED: Final = (
     "SELECT version, name, sha256, applied_at FROM cwstore.schema_migrations ORDER BY version"
 )
 _RECORD: Final = "INSERT INTO cwstore.schema_migrations (version, name, sha256) VALUES ($1, $2, $3)"
+# After each migration, in its transaction: where `cwstore init --roles` has set the
+# roles up, the new migration's functions and tables get their grants too.
+_REGRANT: Final = """
+DO $regrant$
+BEGIN
+  IF to_regprocedure('cwstore.apply_grants()') IS NOT NULL
+     AND to_regrole('cwstore_reader') IS NOT NULL THEN
+    IF has_schema_privilege('cwstore_reader', 'cwstore', 'USAGE') THEN
+      PERFORM cwstore.apply_grants();
+    END IF;
+  END IF;
+END
+$regrant$
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +257,7 @@ def apply_migrations_sync(
                 conn.execute(_script(migration), prepare=False)
                 with _cursor(conn) as cur:
                     cur.execute(_RECORD, (migration.version, migration.name, migration.sha256))
+                    cur.execute(_REGRANT, prepare=False)
         except psycopg.Error as exc:
             raise _failed(migration, exc) from exc
         done.append(migration.version)
@@ -312,6 +328,7 @@ async def apply_migrations(
                     continue  # another process applied it while we waited for the lock
                 await conn.execute(migration.sql)
                 await conn.execute(_RECORD, migration.version, migration.name, migration.sha256)
+                await conn.execute(_REGRANT)
         except asyncpg.PostgresError as exc:
             raise _failed(migration, exc) from exc
         done.append(migration.version)

@@ -39,6 +39,7 @@ from ._store_base import (
     resolve_dsn,
     state_from_text,
     stored_nodes,
+    tenant_settings,
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError, ValidationError
 from .model import AgentState, CausalNode
@@ -66,9 +67,16 @@ def connect_sync(
     min_size: int = 1,
     max_size: int = 10,
     migrate_schema: bool = True,
+    tenant: str | None = None,
 ) -> Store:
     """Open a :class:`Store` (see :func:`cwstore.connect` for the arguments)."""
     real = resolve_dsn(dsn)
+    settings = tenant_settings(tenant)
+
+    def configure(conn: Conn) -> None:
+        for name, value in settings.items():
+            conn.execute("SELECT set_config($1, $2, false)", (name, value))
+
     try:
         if migrate_schema:
             with psycopg.connect(real, autocommit=True) as conn:
@@ -78,6 +86,7 @@ def connect_sync(
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True, "cursor_factory": psycopg.RawCursor},
+            configure=configure if settings else None,
             open=True,
         )
         pool.wait()
@@ -149,10 +158,10 @@ class Store:
     # --- graphs ------------------------------------------------------------------------
 
     def graphs(self) -> list[GraphInfo]:
-        """Every graph with its length and vocabulary."""
+        """Every graph this role may read, with its length, vocabulary and tenant."""
         with self._conn() as conn:
             rows = conn.execute(q("graphs_list")).fetchall()
-        return [GraphInfo(r[0], r[1], tuple(r[2]) if r[2] else None, r[3]) for r in rows]
+        return [GraphInfo(r[0], r[1], tuple(r[2]) if r[2] else None, r[3], r[4]) for r in rows]
 
     def length(self, graph: str) -> int:
         """How many nodes the graph holds. Raises :class:`UnknownGraphError`."""
@@ -170,20 +179,14 @@ class Store:
             graph_id = self._one(
                 conn, q("begin_import"), graph, list(vocab.types) if vocab.types else None
             )
-            refused: ValidationError | None = None
-            try:
-                with conn.cursor().copy(_COPY_SQL) as copy:
-                    try:
-                        for row in plan.records(graph_id):
-                            copy.write_row(row)
-                    except ValidationError as exc:
-                        refused = exc
-                        raise _AbortCopy from None
-            except _AbortCopy:
-                assert refused is not None
-                raise refused from None
+            owner = self._one(conn, q("may_copy_nodes"))
+            if owner:
+                _copy(conn, plan, graph_id)
+            else:
+                for columns in plan.column_slices(graph_id):
+                    conn.execute(q("import_rows"), (graph_id, *columns))
             conn.execute(q("declare_frontier"), (graph_id, plan.frontier))
-        if plan.count >= BULK_ANALYZE_THRESHOLD:
+        if owner and plan.count >= BULK_ANALYZE_THRESHOLD:
             with self._conn() as conn:
                 conn.execute(q("analyze_graph_tables"))
         return plan.count
@@ -353,3 +356,19 @@ class Store:
                         self._wait(conn)
             except _DB_ERRORS as exc:
                 raise _wrap(exc) from exc
+
+
+def _copy(conn: Conn, plan: ImportPlan, graph_id: int) -> None:
+    """COPY the plan's rows; a violation found mid-stream aborts the COPY (CopyFail)."""
+    refused: ValidationError | None = None
+    try:
+        with conn.cursor().copy(_COPY_SQL) as copy:
+            try:
+                for row in plan.records(graph_id):
+                    copy.write_row(row)
+            except ValidationError as exc:
+                refused = exc
+                raise _AbortCopy from None
+    except _AbortCopy:
+        assert refused is not None
+        raise refused from None

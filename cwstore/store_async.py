@@ -41,6 +41,7 @@ from ._store_base import (
     resolve_dsn,
     state_from_text,
     stored_nodes,
+    tenant_settings,
 )
 from .errors import DatabaseError, Error, InputError, UnknownGraphError
 from .model import AgentState, CausalNode
@@ -69,14 +70,19 @@ async def connect(
     min_size: int = 1,
     max_size: int = 10,
     migrate_schema: bool = True,
+    tenant: str | None = None,
 ) -> AsyncStore:
     """Open an :class:`AsyncStore`.
 
     ``dsn`` defaults to ``CWSTORE_DSN``, else the embedded server (started or reused in
     ``CWSTORE_HOME``). With ``migrate_schema`` the schema is brought up to date first
-    (idempotent; safe when many processes connect at once).
+    (idempotent; safe when many processes connect at once). ``tenant`` is the tenant
+    of graphs this store creates (the session setting ``cwstore.tenant``); whether
+    the role may use it is checked by the database (docs/reliability.md, "Roles and
+    tenants").
     """
     real = resolve_dsn(dsn)
+    settings = tenant_settings(tenant)
     try:
         if migrate_schema:
             conn = await asyncpg.connect(real)
@@ -84,7 +90,9 @@ async def connect(
                 await migrate.apply_migrations(conn)
             finally:
                 await conn.close()
-        pool = await asyncpg.create_pool(real, min_size=min_size, max_size=max_size)
+        pool = await asyncpg.create_pool(
+            real, min_size=min_size, max_size=max_size, server_settings=settings
+        )
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise _wrap(exc) from exc
     return AsyncStore(pool, real)
@@ -153,7 +161,7 @@ class AsyncStore:
     # --- graphs ------------------------------------------------------------------------
 
     async def graphs(self) -> list[GraphInfo]:
-        """Every graph with its length and vocabulary."""
+        """Every graph this role may read, with its length, vocabulary and tenant."""
         async with self._conn() as conn:
             rows = await conn.fetch(q("graphs_list"))
         return [
@@ -162,6 +170,7 @@ class AsyncStore:
                 r["length"],
                 tuple(r["vocabulary"]) if r["vocabulary"] else None,
                 r["created_at"],
+                r["tenant"],
             )
             for r in rows
         ]
@@ -180,7 +189,9 @@ class AsyncStore:
 
         ``state`` is an :class:`AgentState`, parsed JSON, or JSON text. The document is
         validated first (every violation, :class:`ValidationError`), then written in
-        one transaction with COPY; nothing is written unless everything passes.
+        one transaction with COPY (or, for a role that may not COPY into the node table,
+        such as ``cwstore_writer``, in slices through ``import_rows_v1``); nothing is
+        written unless everything passes.
         Raises :class:`GraphExistsError` when the graph already holds nodes.
         """
         check_graph_name(graph)
@@ -188,9 +199,14 @@ class AsyncStore:
         plan = ImportPlan(state, vocab)
         async with self._conn() as conn, conn.transaction():
             graph_id = await conn.fetchval(q("begin_import"), graph, _vocab_arg(vocab))
-            await _copy_or_fail(conn, plan, graph_id)
+            owner = await conn.fetchval(q("may_copy_nodes"))
+            if owner:
+                await _copy_or_fail(conn, plan, graph_id)
+            else:
+                for columns in plan.column_slices(graph_id):
+                    await conn.fetchval(q("import_rows"), graph_id, *columns)
             await conn.execute(q("declare_frontier"), graph_id, plan.frontier)
-        if plan.count >= BULK_ANALYZE_THRESHOLD:
+        if owner and plan.count >= BULK_ANALYZE_THRESHOLD:
             async with self._conn() as conn:
                 await conn.execute(q("analyze_graph_tables"))
         return plan.count

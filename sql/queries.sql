@@ -6,8 +6,8 @@
 SELECT graph_id, length, vocabulary FROM cwstore.graphs WHERE name = $1
 
 -- name: graphs_list
--- Every graph with its length.
-SELECT name, length, vocabulary, created_at FROM cwstore.graphs ORDER BY name
+-- Every graph the role may read, with its length and tenant.
+SELECT name, length, vocabulary, created_at, tenant FROM cwstore.graphs ORDER BY name
 
 -- name: begin_import
 -- Create or lock an empty graph for import (CW412 if it holds nodes).
@@ -92,3 +92,13 @@ SELECT v.version, n.seq, n.id, n.kind, n.created_at_text, n.recorded_at, n.paylo
   JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
  WHERE v.graph_id = $1 AND v.key = $2
  ORDER BY v.version
+
+-- name: may_copy_nodes
+-- Whether this role may COPY into cwstore.nodes (the owner may; cwstore_writer imports
+-- through import_rows_v1 instead).
+SELECT has_table_privilege('cwstore.nodes', 'INSERT')
+
+-- name: import_rows
+-- One slice of an import as parallel arrays, for roles without INSERT on cwstore.nodes.
+SELECT cwstore.import_rows_v1($1, $2::bigint[], $3::text[], $4::text[], $5::text[],
+                              $6::text[], $7::text[], $8::text[])

@@ -184,4 +184,4 @@ def test_graphs(cli: Callable[..., Any], imported: str) -> None:
     as_json = cli("graphs", "--json")
     assert as_json.returncode == 0, as_json.stderr
     entry = {g["name"]: g for g in json.loads(as_json.stdout)}[imported]
-    assert entry == {"name": imported, "length": 16, "vocabulary": None}
+    assert entry == {"name": imported, "length": 16, "vocabulary": None, "tenant": "default"}
