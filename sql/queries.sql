@@ -39,11 +39,8 @@ ANALYZE cwstore.nodes, cwstore.edges, cwstore.frontier_spans, cwstore.key_versio
         cwstore.key_heads, cwstore.kind_counts, cwstore.graphs
 
 -- name: frontier_at
--- The frontier of graph $1 (by id) after sequence $2 (GiST lookup over closed spans).
-SELECT n.id
-  FROM cwstore._frontier_at($1, $2) f
-  JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = f.seq
- ORDER BY f.position
+-- The frontier ids of graph $1 (by id) after sequence $2 (GiST lookup over closed spans).
+SELECT cwstore.frontier_ids_v1($1, $2)
 
 -- name: frontier_now
 -- The current frontier of graph $1.

@@ -3,13 +3,15 @@
 -- Why: one database serves many agents, and often many customers. A graph belongs to a
 -- tenant (graphs.tenant); a role belongs to the tenants listed for it, or for any role
 -- it is a member of, in cwstore.tenant_members. Reads are limited by row-level
--- security: every table keyed by graph carries a policy, the views run as the caller
--- (security_invoker) and the read functions are SECURITY INVOKER, so a role sees the
--- graphs of its tenants and nothing else, whatever SQL it writes. Writes go through
--- the write functions only (ensure_graph_v1, begin_import_v1, import_rows_v1,
--- append_v1, declare_frontier_v1): they are SECURITY DEFINER, so a writer role needs no
--- privilege on any table, and each checks that the login role (session_user) may write
--- the graph's tenant before it locks or writes anything.
+-- security: every table keyed by graph carries a policy and the views run as the
+-- caller (security_invoker), so a role sees the graphs of its tenants and nothing
+-- else, whatever SQL it writes. The public read functions (projection_v1,
+-- frontier_at, ...) run as their owner, so they keep their indexes, and check the
+-- graph's tenant once, when they resolve its name (CW404 as for a missing graph).
+-- Writes go through the write functions only (ensure_graph_v1, begin_import_v1,
+-- import_rows_v1, append_v1, declare_frontier_v1): SECURITY DEFINER too, so a writer
+-- role needs no privilege on any table, and each checks that the login role
+-- (session_user) may write the graph's tenant before it locks or writes anything.
 --
 -- Who is unrestricted: superusers, BYPASSRLS roles, and members of the role that owns
 -- the schema cwstore (the role that ran the migrations). Table owners are not subject
@@ -116,13 +118,27 @@ COMMENT ON FUNCTION cwstore.remove_tenant_member(text, name) IS
 -- row-level security: a policy on every table keyed by graph
 -- ---------------------------------------------------------------------------------
 
--- The sub-selects run once per query (they do not depend on the row), then each row is
--- a hash probe. Every other table is visible through its graph's row, so one rule,
--- graphs', decides for all.
+-- Every other table is visible through its graph's row, so one rule, graphs', decides
+-- for all. It is sees_all and tenants_of written out, not called: a policy's text is
+-- planned with the query (and cached with it), while a SQL function call with
+-- sub-selects is planned again at every execution. The sub-selects that do not depend
+-- on the row run once per query; each row is then a hash probe.
+--
+-- Row-level security also keeps PostgreSQL from using an index through an operator
+-- that is not LEAKPROOF (the GiST box test of the frontier history, starts_with):
+-- such a test is applied after the policy, as a filter. So the public read functions
+-- below run as their owner, with their indexes, after checking the graph once
+-- (_check_reader), and row-level security guards the tables for every other query.
 ALTER TABLE cwstore.graphs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY graphs_tenant ON cwstore.graphs
-  USING ((SELECT cwstore.sees_all(current_user))
-         OR tenant IN (SELECT cwstore.tenants_of(current_user)));
+  USING (tenant IN (SELECT m.tenant FROM cwstore.tenant_members m
+                      JOIN pg_catalog.pg_roles r ON r.rolname = m.member
+                     WHERE pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER'))
+         OR (SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_roles r
+              WHERE r.rolname = current_user)
+         OR pg_catalog.pg_has_role(current_user,
+                                   (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                     WHERE n.nspname = 'cwstore'), 'MEMBER'));
 
 DO $do$
 DECLARE
@@ -141,16 +157,86 @@ ALTER VIEW cwstore.node_view SET (security_invoker = true);
 ALTER VIEW cwstore.edge_view SET (security_invoker = true);
 
 -- ---------------------------------------------------------------------------------
+-- the read API runs as its owner, after the tenant check
+-- ---------------------------------------------------------------------------------
+
+-- _check_reader(graph, tenant): CW404, as for a graph that does not exist, unless the
+-- login role may read that tenant's graphs. Like _check_writer, it judges session_user,
+-- because inside a SECURITY DEFINER function current_user is the owner.
+CREATE FUNCTION cwstore._check_reader(p_graph text, p_tenant text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF NOT cwstore.sees_all(session_user)
+     AND NOT EXISTS (SELECT 1 FROM cwstore.tenants_of(session_user) t WHERE t = p_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L does not exist', p_graph),
+      DETAIL = jsonb_build_object('graph', p_graph)::text;
+  END IF;
+END $$;
+
+-- Every public read function resolves its graph here first: the one check they need.
+CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
+    FROM cwstore.graphs g WHERE g.name = p_graph;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L does not exist', p_graph),
+      DETAIL = jsonb_build_object('graph', p_graph)::text;
+  END IF;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_reader(p_graph, v_tenant);
+  END IF;
+END $$;
+
+DO $do$
+DECLARE
+  f text;
+BEGIN
+  FOREACH f IN ARRAY ARRAY[
+      'seq_at_time(text, timestamptz)', 'frontier_at(text, bigint)',
+      'heads_at(text, bigint)', 'semantic_at(text, bigint)',
+      'ancestors(text, text, integer)', 'descendants(text, text, integer)',
+      'path(text, text, text)', 'key_history(text, text)', 'projection_v1(text, bigint)'] LOOP
+    EXECUTE format('ALTER FUNCTION cwstore.%s SECURITY DEFINER '
+                   'SET search_path = pg_catalog, pg_temp', f);
+  END LOOP;
+END
+$do$;
+
+-- frontier_ids_v1(graph_id, s) -> ids in order: the frontier after node s, for the
+-- clients, which hold the graph_id already (replay, export). CW404 for a graph the
+-- login role may not read.
+CREATE FUNCTION cwstore.frontier_ids_v1(p_graph_id bigint, p_seq bigint)
+RETURNS SETOF text LANGUAGE plpgsql STABLE ROWS 4 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_reader(g.name, g.tenant) FROM cwstore.graphs g
+      WHERE g.graph_id = p_graph_id;
+  END IF;
+  RETURN QUERY
+  SELECT n.id FROM cwstore._frontier_at(p_graph_id, p_seq) f
+    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.seq = f.seq
+   ORDER BY f.position;
+END $$;
+
+-- ---------------------------------------------------------------------------------
 -- grants for the roles cwstore_reader and cwstore_writer
 -- ---------------------------------------------------------------------------------
 
 -- apply_grants() -> whether the roles exist (false: nothing done)
 --   cwstore_reader: USAGE on the schema; SELECT on its tables and views, every row
---   filtered by the policies above; EXECUTE on every function that is not SECURITY
---   DEFINER (the read functions and their helpers). No write privilege.
+--   filtered by the policies above; EXECUTE on every function but the write API (the
+--   read functions and their helpers, the table-free tenant functions). No write
+--   privilege: add_tenant_member and remove_tenant_member need the owner's INSERT and
+--   DELETE on tenant_members.
 --   cwstore_writer: a member of cwstore_reader (made so by sql/roles.sql), plus EXECUTE
---   on the SECURITY DEFINER functions, which are exactly the write API. No INSERT,
---   UPDATE, DELETE or TRUNCATE on any table.
+--   on the write API, by name below. No INSERT, UPDATE, DELETE or TRUNCATE on any
+--   table.
 --   Functions are executable by PUBLIC unless revoked, so that is revoked everywhere in
 --   the schema. Run by sql/roles.sql, and by the migration runner after each later
 --   migration in a database whose roles were set up, so new functions get their grants.
@@ -169,17 +255,19 @@ BEGIN
   REVOKE ALL ON ALL SEQUENCES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
   GRANT SELECT ON ALL TABLES IN SCHEMA cwstore TO cwstore_reader;
   REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
-  FOR f IN SELECT p.oid::regprocedure AS sig, p.prosecdef AS definer
+  FOR f IN SELECT p.oid::regprocedure AS sig,
+                  p.proname IN ('ensure_graph_v1', 'begin_import_v1', 'import_rows_v1',
+                                'append_v1', 'declare_frontier_v1') AS writes
              FROM pg_catalog.pg_proc p
             WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prokind = 'f'
               AND p.prorettype <> 'pg_catalog.trigger'::regtype LOOP
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.sig,
-                   CASE WHEN f.definer THEN 'cwstore_writer' ELSE 'cwstore_reader' END);
+                   CASE WHEN f.writes THEN 'cwstore_writer' ELSE 'cwstore_reader' END);
   END LOOP;
   RETURN true;
 END $$;
 COMMENT ON FUNCTION cwstore.apply_grants() IS
-  'Grant cwstore_reader reading (SELECT, non-definer functions) and cwstore_writer the write API (SECURITY DEFINER functions); false if the roles do not exist.';
+  'Grant cwstore_reader reading (SELECT, every function but the write API) and cwstore_writer the write API; false if the roles do not exist.';
 
 -- ---------------------------------------------------------------------------------
 -- the write API runs as its owner, after the tenant check

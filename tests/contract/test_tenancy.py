@@ -34,6 +34,18 @@ from cwstore import migrate, roles
 from cwstore._sql import Migration, migrations
 from cwstore.testing import GraphBuilder
 
+READ_API = {
+    "seq_at_time(text,timestampwithtimezone)",
+    "frontier_at(text,bigint)",
+    "heads_at(text,bigint)",
+    "semantic_at(text,bigint)",
+    "ancestors(text,text,integer)",
+    "descendants(text,text,integer)",
+    "path(text,text,text)",
+    "key_history(text,text)",
+    "projection_v1(text,bigint)",
+    "frontier_ids_v1(bigint,bigint)",
+}
 WRITE_API = {
     "append_v1(text,json,bigint,json)",
     "begin_import_v1(text,text[])",
@@ -195,6 +207,23 @@ async def test_a_reader_of_the_tenant_reads_but_cannot_write(
     assert stored(setup.admin, g) == ("acme", 2)
 
 
+async def test_a_reader_reads_what_the_owner_reads(setup: Roles, open_store: Opener) -> None:
+    """The read functions run as their owner after one check: same answers for the
+    tenant's reader, at every point."""
+    admin, carol = await open_store(setup.admin, tenant="acme"), await open_store(setup.carol)
+    g = graph_name()
+    b = turn("same")
+    for i in range(30):
+        b.inference(f"step {i}")
+        if i % 7 == 0:
+            b.semantic("fact", f"k{i % 3}", f"value {i}")
+    await admin.import_state(g, b.state())
+    for as_of in (None, 1, 10, len(b.nodes) - 3):
+        assert await carol.project(g, as_of) == await admin.project(g, as_of)
+        assert await carol.export_json(g, as_of) == await admin.export_json(g, as_of)
+    assert await carol.history(g, "semantic:fact:k0") == await admin.history(g, "semantic:fact:k0")
+
+
 # --- isolation -----------------------------------------------------------------------------
 
 
@@ -315,6 +344,16 @@ async def test_raw_sql_of_a_writer_is_held_to_the_rules(setup: Roles) -> None:
         for stmt in refused:
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 await bob.execute(stmt)
+        for stmt in (
+            f"SELECT cwstore.projection_v1('{g}')",
+            f"SELECT * FROM cwstore.frontier_at('{g}', 1)",
+            f"SELECT * FROM cwstore.ancestors('{g}', '{b.nodes[-1]['id']}')",
+            f"SELECT cwstore.frontier_ids_v1({gid}, 1)",
+        ):
+            with pytest.raises(asyncpg.PostgresError) as unknown:
+                await bob.execute(stmt)
+            assert unknown.value.sqlstate == "CW404", stmt
+        assert await bob.fetch(f"SELECT * FROM cwstore._frontier_at({gid}, 1)") == []
         assert stored(setup.admin, g) == ("acme", 2)
         assert await admin.fetchval("SELECT count(*) FROM cwstore.tenant_members") == 3
     finally:
@@ -373,17 +412,22 @@ def test_the_write_api_is_exactly_the_definer_functions(setup: Roles) -> None:
             " array_to_string(p.proconfig, ',')"
             " FROM pg_proc p WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prosecdef"
         ).fetchall()
-    found = {r[0].replace(" ", "").replace("p_graph", "") for r in rows}
-    assert {_sig(r[0]) for r in rows} == WRITE_API, found
-    for name, reader, writer, config in rows:
-        assert not reader and writer, name
-        assert "search_path=pg_catalog, pg_temp" in config, name
+    found = {_sig(r[0]): r for r in rows}
+    assert set(found) == WRITE_API | READ_API, sorted(found)
+    for sig, (_, reader, writer, config) in found.items():
+        assert (reader, writer) == ((False, True) if sig in WRITE_API else (True, True)), sig
+        assert "search_path=pg_catalog, pg_temp" in config, sig
 
 
 def _sig(identity: str) -> str:
+    """``name(type,type)`` from pg_get_function_identity_arguments' ``name(p_x type, ...)``."""
     name, _, args = identity.partition("(")
-    types = [a.strip().split(" ")[-1] for a in args.rstrip(")").split(",") if a.strip()]
-    return f"{name}({','.join(t.replace('character varying', 'text') for t in types)})"
+    types = []
+    for arg in args.rstrip(")").split(","):
+        words = arg.split()
+        if words:
+            types.append("".join(words[1:] if words[0].startswith("p_") else words))
+    return f"{name}({','.join(types)})"
 
 
 def test_no_role_may_change_a_table(setup: Roles) -> None:
