@@ -108,6 +108,26 @@ def js_now() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
+def as_of_args(as_of: int | datetime | None) -> tuple[int | None, datetime | None]:
+    """``as_of`` checked and split into (sequence, time) query arguments, one of them set
+    (or neither, for now). Raises :class:`InputError` for anything else."""
+    if as_of is None:
+        return None, None
+    if isinstance(as_of, datetime):
+        if as_of.tzinfo is None:
+            raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
+        return None, as_of
+    if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
+        raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
+    return as_of, None
+
+
+def check_read_length(graph: str, seq: int | None, length: int) -> None:
+    """Refuse a read as of a sequence the graph does not hold yet."""
+    if seq is not None and seq > length:
+        raise InputError(f"graph {graph!r} has {length} nodes; cannot read as of {seq}")
+
+
 def tenant_settings(tenant: str | None) -> dict[str, str]:
     """The session settings for a store's ``tenant=`` option (``{}`` for none).
 
@@ -463,7 +483,7 @@ def export_text(nodes_array: str, frontier: Sequence[str]) -> str:
 
 def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
     """An :class:`AgentState` from the nodes' JSON array text (parsed once, in C)."""
-    nodes = jsontext.loads(nodes_array)
+    nodes = jsontext.loads_stored(nodes_array)
     return AgentState.model_construct(
         version=1, nodes=tuple(CausalNode.from_obj(n) for n in nodes), frontier=tuple(frontier)
     )

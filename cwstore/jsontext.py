@@ -104,6 +104,20 @@ def loads(text: str) -> Any:
         return _loads_iterative(text)
 
 
+def loads_stored(text: str) -> Any:
+    """Parse JSON text that cwstore wrote after validating it: the C parser alone.
+
+    What was stored has no repeated keys and no ``NaN``/``Infinity`` (import and append
+    refuse them), so the checks :func:`loads` makes for :func:`problems` have nothing to
+    find; skipping its per-object hook makes reading state several times faster. Deep
+    nesting still falls back to the iterative parser.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return _loads_iterative(text)
+
+
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = json.scanner.NUMBER_RE  # type: ignore[attr-defined]
 _scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]

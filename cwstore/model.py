@@ -74,16 +74,39 @@ class CausalNode(BaseModel):
 
     @classmethod
     def from_obj(cls, obj: dict[str, Any]) -> CausalNode:
-        """Build from a runtime JSON object that has already passed validation."""
-        return cls.model_construct(
-            id=obj["id"],
-            kind=obj["kind"],
-            parents=tuple(obj["parents"]),
-            payload=obj["payload"],
-            created_at=obj["createdAt"],
-            sequence=int(obj["sequence"]),
-            resource_key=obj.get("resourceKey"),
+        """Build from a runtime JSON object that has already passed validation.
+
+        What :meth:`model_construct` does for this model, without its per-field loop
+        over aliases and defaults (most of the time of reading a state back): the
+        instance gets the same ``__dict__``, fields-set, extra and private slots.
+        ``tests/unit/test_model_construct.py`` holds the two equal.
+        """
+        key = obj.get("resourceKey")
+        node = _new(cls)
+        _setattr(
+            node,
+            "__dict__",
+            {
+                "id": obj["id"],
+                "kind": obj["kind"],
+                "parents": tuple(obj["parents"]),
+                "payload": obj["payload"],
+                "created_at": obj["createdAt"],
+                "sequence": int(obj["sequence"]),
+                "resource_key": key,
+            },
         )
+        _setattr(node, "__pydantic_fields_set__", set(_ALL_FIELDS if key is not None else _NO_KEY))
+        _setattr(node, "__pydantic_extra__", None)
+        _setattr(node, "__pydantic_private__", None)
+        return node
+
+
+_new = object.__new__
+_setattr = object.__setattr__
+_ALL_FIELDS = frozenset(CausalNode.model_fields)
+_NO_KEY = _ALL_FIELDS - {"resource_key"}
+assert not CausalNode.__pydantic_post_init__, "CausalNode.from_obj skips model_post_init"
 
 
 class AgentState(BaseModel):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import jsontext
+from .jsontext import loads_stored
 
 __all__ = ["FrontierHead", "KeyVersion", "MemoryEntry", "NodeRef", "Projection", "ResourceHead"]
 
@@ -95,7 +95,7 @@ class Projection:
             MemoryEntry(
                 type=m["type"],
                 key=m["key"],
-                content=jsontext.loads(m["content_text"]) if m["content_text"] else None,
+                content=loads_stored(m["content_text"]) if m["content_text"] else None,
                 version=int(m["version"]),
                 sequence=int(m["seq"]),
                 id=m["id"],
@@ -109,7 +109,7 @@ class Projection:
             graph=graph,
             length=int(d["length"]),
             frontier=tuple(
-                FrontierHead(f["id"], int(f["seq"]), f["kind"], jsontext.loads(f["payload_text"]))
+                FrontierHead(f["id"], int(f["seq"]), f["kind"], loads_stored(f["payload_text"]))
                 for f in d["frontier"]
             ),
             resources={
@@ -117,7 +117,7 @@ class Projection:
                     r["id"],
                     int(r["seq"]),
                     r["kind"],
-                    jsontext.loads(r["payload_text"]),
+                    loads_stored(r["payload_text"]),
                     key=r["key"],
                     version=int(r["version"]),
                 )
@@ -153,7 +153,7 @@ class Projection:
 def _ref(value: Any, kind: str) -> NodeRef | None:
     if not value:
         return None
-    return NodeRef(value["id"], int(value["seq"]), kind, jsontext.loads(value["payload_text"]))
+    return NodeRef(value["id"], int(value["seq"]), kind, loads_stored(value["payload_text"]))
 
 
 def _ref_obj(ref: NodeRef | None) -> dict[str, Any] | None:

@@ -28,7 +28,9 @@ from ._store_base import (
     ImportPlan,
     TailItem,
     as_document,
+    as_of_args,
     check_graph_name,
+    check_read_length,
     check_save,
     export_text,
     key_version,
@@ -191,47 +193,22 @@ class Store:
                 conn.execute(q("analyze_graph_tables"))
         return plan.count
 
-    def _prefix(self, conn: Conn, graph: str, as_of: int | datetime | None) -> tuple[int, int]:
-        g = self._graph(conn, graph)
-        graph_id, length = int(g[0]), int(g[1])
-        if as_of is None:
-            return graph_id, length
-        if isinstance(as_of, datetime):
-            if as_of.tzinfo is None:
-                raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
-            return graph_id, int(self._one(conn, q("seq_at_time"), graph, as_of))
-        if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
-            raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
-        if as_of > length:
-            raise InputError(f"graph {graph!r} has {length} nodes; cannot read as of {as_of}")
-        return graph_id, as_of
-
-    def _frontier_at(self, conn: Conn, graph_id: int, seq: int) -> list[str]:
-        if seq == 0:
-            return []
-        return [r[0] for r in conn.execute(q("frontier_at"), (graph_id, seq)).fetchall()]
-
-    @contextmanager
-    def _snapshot(self) -> Iterator[Conn]:
-        with self._conn() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield conn
+    def _export(self, graph: str, as_of: int | datetime | None) -> tuple[str, list[str]]:
+        check_graph_name(graph)
+        seq, at = as_of_args(as_of)
+        with self._conn() as conn:
+            row = conn.execute(q("export"), (graph, seq, at)).fetchone()
+        assert row is not None
+        check_read_length(graph, seq, int(row[0]))
+        return row[2], list(row[3])
 
     def export_json(self, graph: str, as_of: int | datetime | None = None) -> str:
         """The graph or a prefix as AgentState v1 JSON text (see the async twin)."""
-        with self._snapshot() as conn:
-            graph_id, seq = self._prefix(conn, graph, as_of)
-            text = self._one(conn, q("export_nodes"), graph_id, seq)
-            frontier = self._frontier_at(conn, graph_id, seq)
-        return export_text(text, frontier)
+        return export_text(*self._export(graph, as_of))
 
     def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
         """The graph or a prefix as an :class:`AgentState` the runtime loads."""
-        with self._snapshot() as conn:
-            graph_id, seq = self._prefix(conn, graph, as_of)
-            text = self._one(conn, q("export_nodes"), graph_id, seq)
-            frontier = self._frontier_at(conn, graph_id, seq)
-        return state_from_text(text, frontier)
+        return state_from_text(*self._export(graph, as_of))
 
     # --- live writes ---------------------------------------------------------------------
 
@@ -289,10 +266,13 @@ class Store:
 
     def project(self, graph: str, as_of: int | datetime | None = None) -> Projection:
         """The projection now or as of a sequence or time (see the async twin)."""
-        with self._snapshot() as conn:
-            _, seq = self._prefix(conn, graph, as_of)
-            value = self._one(conn, q("projection"), graph, seq)
-        return Projection.from_row(graph, value)
+        check_graph_name(graph)
+        seq, at = as_of_args(as_of)
+        with self._conn() as conn:
+            value = self._one(conn, q("projection_at"), graph, seq, at)
+        projection = Projection.from_row(graph, value)
+        check_read_length(graph, seq, projection.length)
+        return projection
 
     def history(self, graph: str, key: str) -> list[KeyVersion]:
         """Every version of a resource or semantic key, oldest first."""

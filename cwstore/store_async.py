@@ -30,7 +30,9 @@ from ._store_base import (
     ImportPlan,
     TailItem,
     as_document,
+    as_of_args,
     check_graph_name,
+    check_read_length,
     check_save,
     export_text,
     key_version,
@@ -211,54 +213,27 @@ class AsyncStore:
                 await conn.execute(q("analyze_graph_tables"))
         return plan.count
 
-    async def _prefix(
-        self, conn: asyncpg.Connection, graph: str, as_of: int | datetime | None
-    ) -> tuple[int, int]:
-        g = await self._graph(conn, graph)
-        graph_id, length = int(g["graph_id"]), int(g["length"])
-        if as_of is None:
-            return graph_id, length
-        if isinstance(as_of, datetime):
-            if as_of.tzinfo is None:
-                raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
-            return graph_id, int(await conn.fetchval(q("seq_at_time"), graph, as_of))
-        if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
-            raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
-        if as_of > length:
-            raise InputError(f"graph {graph!r} has {length} nodes; cannot read as of {as_of}")
-        return graph_id, as_of
-
-    async def _frontier_at(self, conn: asyncpg.Connection, graph_id: int, seq: int) -> list[str]:
-        if seq == 0:
-            return []
-        return [r[0] for r in await conn.fetch(q("frontier_at"), graph_id, seq)]
+    async def _export(self, graph: str, as_of: int | datetime | None) -> tuple[str, list[str]]:
+        check_graph_name(graph)
+        seq, at = as_of_args(as_of)
+        async with self._conn() as conn:
+            row = await conn.fetchrow(q("export"), graph, seq, at)
+        check_read_length(graph, seq, int(row["length"]))
+        return row["nodes"], list(row["frontier"])
 
     async def export_json(self, graph: str, as_of: int | datetime | None = None) -> str:
         """The graph (or its prefix as of a sequence or time) as AgentState v1 JSON text.
 
         Built from the stored exact texts without re-parsing: payloads come back byte
         for byte. As of a time T: the prefix up to the last node whose ``createdAt`` is
-        at or before T. The frontier is the one in force at that point.
+        at or before T. The frontier is the one in force at that point. One statement
+        (``export_v1``), so one snapshot and one round trip.
         """
-        async with (
-            self._conn() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            graph_id, seq = await self._prefix(conn, graph, as_of)
-            text = await conn.fetchval(q("export_nodes"), graph_id, seq)
-            frontier = await self._frontier_at(conn, graph_id, seq)
-        return export_text(text, frontier)
+        return export_text(*await self._export(graph, as_of))
 
     async def replay(self, graph: str, as_of: int | datetime | None = None) -> AgentState:
         """The graph (or a prefix of it) as an :class:`AgentState` the runtime loads."""
-        async with (
-            self._conn() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            graph_id, seq = await self._prefix(conn, graph, as_of)
-            text = await conn.fetchval(q("export_nodes"), graph_id, seq)
-            frontier = await self._frontier_at(conn, graph_id, seq)
-        return state_from_text(text, frontier)
+        return state_from_text(*await self._export(graph, as_of))
 
     # --- live writes ---------------------------------------------------------------------
 
@@ -337,13 +312,13 @@ class AsyncStore:
         Read from the database's materialized tables with index lookups: its cost does
         not grow with the graph's length.
         """
-        async with (
-            self._conn() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            _, seq = await self._prefix(conn, graph, as_of)
-            value = await conn.fetchval(q("projection"), graph, seq)
-        return Projection.from_row(graph, value)
+        check_graph_name(graph)
+        seq, at = as_of_args(as_of)
+        async with self._conn() as conn:
+            value = await conn.fetchval(q("projection_at"), graph, seq, at)
+        projection = Projection.from_row(graph, value)
+        check_read_length(graph, seq, projection.length)
+        return projection
 
     async def history(self, graph: str, key: str) -> list[KeyVersion]:
         """Every version of a resource or semantic key, oldest first."""

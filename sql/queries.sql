@@ -22,25 +22,14 @@ SELECT cwstore.declare_frontier_v1($1, $2::text[])
 SELECT seq, id, created_at, recorded_at, written, payload_text
   FROM cwstore.append_v1($1, $2::json, $3, $4::json)
 
--- name: export_nodes
--- Nodes 1..$2 of graph $1 as one JSON array text, each node in the runtime's field order.
-SELECT '[' || coalesce(string_agg(
-         '{"id":"' || id || '","kind":"' || kind || '","parents":'
-         || array_to_json(parents)::text || ',"payload":' || payload_text
-         || ',"createdAt":' || to_json(created_at_text)::text || ',"sequence":' || seq
-         || CASE WHEN resource_key IS NULL THEN ''
-                 ELSE ',"resourceKey":' || to_json(resource_key)::text END
-         || '}', ',' ORDER BY seq), '') || ']'
-  FROM cwstore.nodes WHERE graph_id = $1 AND seq <= $2
+-- name: export
+-- Graph $1 as of sequence $2, or time $3, or now: (length, seq, nodes JSON text, frontier).
+SELECT length, seq, nodes, frontier FROM cwstore.export_v1($1, $2, $3)
 
 -- name: analyze_graph_tables
 -- Fresh statistics after a bulk load, so the next reads get plans for its size.
 ANALYZE cwstore.nodes, cwstore.edges, cwstore.frontier_spans, cwstore.key_versions,
         cwstore.key_heads, cwstore.kind_counts, cwstore.graphs
-
--- name: frontier_at
--- The frontier ids of graph $1 (by id) after sequence $2 (GiST lookup over closed spans).
-SELECT cwstore.frontier_ids_v1($1, $2)
 
 -- name: frontier_now
 -- The current frontier of graph $1.
@@ -49,10 +38,6 @@ SELECT n.id
   JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
  WHERE s.graph_id = $1 AND s.to_seq = 9223372036854775807
  ORDER BY s.from_seq, s.ord
-
--- name: seq_at_time
--- The last sequence of graph $1 (by name) whose createdAt <= $2 (0 if none).
-SELECT cwstore.seq_at_time($1, $2)
 
 -- name: first_mismatch
 -- The first position (1-based) where the stored ids differ from $2, or none.
@@ -78,9 +63,11 @@ SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text
  ORDER BY n.xid, n.graph_id, n.seq
  LIMIT $4
 
--- name: projection
--- The projection of graph $1 after sequence $2 (NULL = now), as jsonb.
-SELECT cwstore.projection_v1($1, $2)
+-- name: projection_at
+-- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as
+-- jsonb: one statement, one snapshot, one round trip.
+SELECT cwstore.projection_v1($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
+                                      ELSE cwstore.seq_at_time($1, $3::timestamptz) END)
 
 -- name: key_history
 -- Every version of key $2 in graph $1, oldest first.

@@ -207,23 +207,6 @@ BEGIN
 END
 $do$;
 
--- frontier_ids_v1(graph_id, s) -> ids in order: the frontier after node s, for the
--- clients, which hold the graph_id already (replay, export). CW404 for a graph the
--- login role may not read.
-CREATE FUNCTION cwstore.frontier_ids_v1(p_graph_id bigint, p_seq bigint)
-RETURNS SETOF text LANGUAGE plpgsql STABLE ROWS 4 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-  IF session_user <> current_user THEN
-    PERFORM cwstore._check_reader(g.name, g.tenant) FROM cwstore.graphs g
-      WHERE g.graph_id = p_graph_id;
-  END IF;
-  RETURN QUERY
-  SELECT n.id FROM cwstore._frontier_at(p_graph_id, p_seq) f
-    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.seq = f.seq
-   ORDER BY f.position;
-END $$;
-
 -- ---------------------------------------------------------------------------------
 -- grants for the roles cwstore_reader and cwstore_writer
 -- ---------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ READ_API = {
     "path(text,text,text)",
     "key_history(text,text)",
     "projection_v1(text,bigint)",
-    "frontier_ids_v1(bigint,bigint)",
+    "export_v1(text,bigint,timestampwithtimezone)",
 }
 WRITE_API = {
     "append_v1(text,json,bigint,json)",
@@ -348,7 +348,7 @@ async def test_raw_sql_of_a_writer_is_held_to_the_rules(setup: Roles) -> None:
             f"SELECT cwstore.projection_v1('{g}')",
             f"SELECT * FROM cwstore.frontier_at('{g}', 1)",
             f"SELECT * FROM cwstore.ancestors('{g}', '{b.nodes[-1]['id']}')",
-            f"SELECT cwstore.frontier_ids_v1({gid}, 1)",
+            f"SELECT * FROM cwstore.export_v1('{g}')",
         ):
             with pytest.raises(asyncpg.PostgresError) as unknown:
                 await bob.execute(stmt)
