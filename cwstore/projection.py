@@ -1,6 +1,6 @@
 """Projection: the state a reader works from, now or as of any point (SPEC section 8).
 
-The database computes it in one call (``cwstore.projection_v1``) from its materialized
+The database computes it in one call (``cwstore.projection_v2``) from its materialized
 tables: frontier spans, key versions and running counts, all index lookups, so the
 cost does not grow with the graph's length. This module only turns that answer into
 typed values; payloads travel as their exact JSON text and are parsed here.
@@ -8,7 +8,6 @@ typed values; payloads travel as their exact JSON text and are parsed here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -88,46 +87,43 @@ class Projection:
     counts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_row(cls, graph: str, value: Any) -> Projection:
-        """Build from ``projection_v1``'s jsonb (text from asyncpg, dict from psycopg)."""
-        d: dict[str, Any] = json.loads(value) if isinstance(value, str) else value
-        memory = tuple(
-            MemoryEntry(
-                type=m["type"],
-                key=m["key"],
-                content=loads_stored(m["content_text"]) if m["content_text"] else None,
-                version=int(m["version"]),
-                sequence=int(m["seq"]),
-                id=m["id"],
+    def from_text(cls, graph: str, text: str) -> Projection:
+        """Build from ``projection_v2``'s JSON text (payloads embedded verbatim)."""
+        d: dict[str, Any] = loads_stored(text)
+        memory = []
+        for m in d["semantic"]:
+            _, kind, key = m["key"].split(":", 2)
+            payload = m["payload"]
+            memory.append(
+                MemoryEntry(
+                    type=kind,
+                    key=key,
+                    content=payload.get("content") if isinstance(payload, dict) else None,
+                    version=m["version"],
+                    sequence=m["seq"],
+                    id=m["id"],
+                )
             )
-            for m in d["semantic"]
-        )
         semantic: dict[str, dict[str, Any]] = {}
-        for m in memory:
-            semantic.setdefault(m.type, {})[m.key] = m.content
+        for e in memory:
+            semantic.setdefault(e.type, {})[e.key] = e.content
         return cls(
             graph=graph,
-            length=int(d["length"]),
+            length=d["length"],
             frontier=tuple(
-                FrontierHead(f["id"], int(f["seq"]), f["kind"], loads_stored(f["payload_text"]))
-                for f in d["frontier"]
+                FrontierHead(f["id"], f["seq"], f["kind"], f["payload"]) for f in d["frontier"]
             ),
             resources={
                 r["key"]: ResourceHead(
-                    r["id"],
-                    int(r["seq"]),
-                    r["kind"],
-                    loads_stored(r["payload_text"]),
-                    key=r["key"],
-                    version=int(r["version"]),
+                    r["id"], r["seq"], r["kind"], r["payload"], key=r["key"], version=r["version"]
                 )
                 for r in d["resources"]
             },
             semantic=semantic,
-            memory=memory,
-            latest_goal=_ref(d.get("latest_goal"), "goal"),
-            latest_answer=_ref(d.get("latest_answer"), "answer"),
-            counts={k: int(v) for k, v in d["counts"].items()},
+            memory=tuple(memory),
+            latest_goal=_ref(d["latest_goal"], "goal"),
+            latest_answer=_ref(d["latest_answer"], "answer"),
+            counts=d["counts"],
         )
 
     def to_json_obj(self) -> dict[str, Any]:
@@ -153,7 +149,7 @@ class Projection:
 def _ref(value: Any, kind: str) -> NodeRef | None:
     if not value:
         return None
-    return NodeRef(value["id"], int(value["seq"]), kind, loads_stored(value["payload_text"]))
+    return NodeRef(value["id"], value["seq"], kind, value["payload"])
 
 
 def _ref_obj(ref: NodeRef | None) -> dict[str, Any] | None:

@@ -270,7 +270,7 @@ class Store:
         seq, at = as_of_args(as_of)
         with self._conn() as conn:
             value = self._one(conn, q("projection_at"), graph, seq, at)
-        projection = Projection.from_row(graph, value)
+        projection = Projection.from_text(graph, value)
         check_read_length(graph, seq, projection.length)
         return projection
 

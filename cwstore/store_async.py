@@ -93,11 +93,28 @@ async def connect(
             finally:
                 await conn.close()
         pool = await asyncpg.create_pool(
-            real, min_size=min_size, max_size=max_size, server_settings=settings
+            real,
+            min_size=min_size,
+            max_size=max_size,
+            server_settings=settings,
+            reset=_keep_session,
         )
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise _wrap(exc) from exc
     return AsyncStore(pool, real)
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release: nothing beyond asyncpg's own (roll back a transaction
+    left open, drop listeners).
+
+    asyncpg's default also sends ``RESET ALL; UNLISTEN *; CLOSE ALL;
+    pg_advisory_unlock_all()``, a round trip on every release, for session state a
+    caller may have set. The store's connections are its own: no method sets a session
+    variable, listens, keeps a cursor or takes a session lock on them (``tail`` listens
+    on a connection of its own), so there is nothing to undo, and a single-node append
+    is one round trip instead of two.
+    """
 
 
 def _wrap(exc: BaseException, batch_ids: Sequence[str] = ()) -> Error:
@@ -316,7 +333,7 @@ class AsyncStore:
         seq, at = as_of_args(as_of)
         async with self._conn() as conn:
             value = await conn.fetchval(q("projection_at"), graph, seq, at)
-        projection = Projection.from_row(graph, value)
+        projection = Projection.from_text(graph, value)
         check_read_length(graph, seq, projection.length)
         return projection
 

@@ -65,8 +65,8 @@ SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text
 
 -- name: projection_at
 -- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as
--- jsonb: one statement, one snapshot, one round trip.
-SELECT cwstore.projection_v1($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
+-- JSON text: one statement, one snapshot, one round trip.
+SELECT cwstore.projection_v2($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
                                       ELSE cwstore.seq_at_time($1, $3::timestamptz) END)
 
 -- name: key_history

@@ -120,3 +120,65 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore.export_v1(text, bigint, timestamptz) IS
   'The graph as of node s, time t, or now: (length, seq, nodes JSON array text, frontier ids), from one snapshot. nodes is NULL when s > length.';
+
+-- projection_v2(graph, s) -> text
+--   projection_v1's answer as JSON text with every payload embedded as the exact JSON
+--   the runtime wrote, instead of jsonb with payloads as escaped strings: built by
+--   concatenating stored texts (no jsonb to build, then print), and parsed by a client
+--   in one pass. Semantic entries carry their whole payload ({type, key, content}).
+--   Same checks, errors and costs as projection_v1, which stays for psql users who
+--   want jsonb.
+CREATE FUNCTION cwstore.projection_v2(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_at bigint := cwstore._at(p_seq, g.length);
+  v_len bigint := coalesce(v_at, g.length);
+  v_counts text;
+  v_goal bigint;
+  v_answer bigint;
+BEGIN
+  SELECT coalesce(json_object_agg(k.kind, c.n)::text, '{}'),
+         max(c.seq) FILTER (WHERE k.kind = 'goal'), max(c.seq) FILTER (WHERE k.kind = 'answer')
+    INTO v_counts, v_goal, v_answer
+    FROM unnest(ARRAY['system', 'goal', 'inference', 'answer', 'tool_call', 'tool_result',
+                      'resource', 'semantic', 'protocol_error', 'verification']) AS k(kind)
+   CROSS JOIN LATERAL (
+         SELECT kc.seq, kc.n FROM cwstore.kind_counts kc
+          WHERE kc.graph_id = g.graph_id AND kc.kind = k.kind AND kc.seq <= v_len
+          ORDER BY kc.seq DESC LIMIT 1) c;
+  RETURN (
+  WITH h AS MATERIALIZED (
+    SELECT h.key, h.version, h.seq, n.id, n.kind, n.payload_text,
+           starts_with(h.key, 'semantic:') AND n.kind = 'semantic' AS memory
+      FROM cwstore._heads_at(g.graph_id, v_at, false) h
+      JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+  )
+  SELECT '{"length":' || v_len
+    || ',"frontier":[' || coalesce((
+      SELECT string_agg('{"id":"' || n.id || '","kind":"' || n.kind || '","seq":' || n.seq
+                        || ',"payload":' || n.payload_text || '}', ',' ORDER BY f.position)
+        FROM cwstore._frontier_at(g.graph_id, v_at) f
+        JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq), '')
+    || '],"resources":[' || coalesce((
+      SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
+                        || ',"seq":' || h.seq || ',"id":"' || h.id || '","kind":"' || h.kind
+                        || '","payload":' || h.payload_text || '}', ',' ORDER BY h.key COLLATE "C")
+        FROM h WHERE NOT h.memory), '')
+    || '],"semantic":[' || coalesce((
+      SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
+                        || ',"seq":' || h.seq || ',"id":"' || h.id
+                        || '","payload":' || h.payload_text || '}', ','
+                        ORDER BY t.type COLLATE "C", substr(h.key, length(t.type) + 11) COLLATE "C")
+        FROM h CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t
+       WHERE h.memory), '')
+    || '],"latest_goal":' || coalesce((
+      SELECT '{"seq":' || n.seq || ',"id":"' || n.id || '","payload":' || n.payload_text || '}'
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_goal), 'null')
+    || ',"latest_answer":' || coalesce((
+      SELECT '{"seq":' || n.seq || ',"id":"' || n.id || '","payload":' || n.payload_text || '}'
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_answer), 'null')
+    || ',"counts":' || v_counts || '}');
+END $$;
+COMMENT ON FUNCTION cwstore.projection_v2(text, bigint) IS
+  'Projection after node s (NULL = now) as JSON text: length, frontier, resources, semantic, latest_goal, latest_answer, counts, with payloads embedded verbatim. The clients read this one.';

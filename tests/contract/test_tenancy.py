@@ -44,6 +44,7 @@ READ_API = {
     "path(text,text,text)",
     "key_history(text,text)",
     "projection_v1(text,bigint)",
+    "projection_v2(text,bigint)",
     "export_v1(text,bigint,timestampwithtimezone)",
 }
 WRITE_API = {
