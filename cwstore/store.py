@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import select
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -291,8 +291,11 @@ class Store:
             raise _wrap(exc) from exc
         try:
             conn.execute("LISTEN cwstore")
+            conn.execute(q("listen"))
             yield conn
         finally:
+            with suppress(*_DB_ERRORS):
+                conn.execute(q("unlisten"))
             conn.close()
 
     @staticmethod

@@ -359,8 +359,11 @@ class AsyncStore:
 
         try:
             await conn.add_listener("cwstore", wake)
+            await conn.execute(q("listen"))
             yield conn, event
         finally:
+            with suppress(*_DB_ERRORS):
+                await conn.execute(q("unlisten"))
             with suppress(*_DB_ERRORS):
                 await conn.close()
 

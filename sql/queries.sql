@@ -86,3 +86,11 @@ SELECT has_table_privilege('cwstore.nodes', 'INSERT')
 -- One slice of an import as parallel arrays, for roles without INSERT on cwstore.nodes.
 SELECT cwstore.import_rows_v1($1, $2::bigint[], $3::text[], $4::text[], $5::text[],
                               $6::text[], $7::text[], $8::text[])
+
+-- name: listen
+-- Register this backend as a follower (after LISTEN cwstore), so appends wake it.
+SELECT cwstore.listen_v1()
+
+-- name: unlisten
+-- Stop being woken (the row also goes when the backend exits and someone registers).
+SELECT cwstore.unlisten_v1()

@@ -45,6 +45,8 @@ READ_API = {
     "key_history(text,text)",
     "projection_v1(text,bigint)",
     "projection_v2(text,bigint)",
+    "listen_v1()",
+    "unlisten_v1()",
     "export_v1(text,bigint,timestampwithtimezone)",
 }
 WRITE_API = {

@@ -21,9 +21,16 @@ from cwstore.identity import compute_id
 from cwstore.rules import sort_parents
 
 T = "2026-12-02T14:38:31.376Z"
-WRITABLE = {"graphs", "nodes", "frontier_declarations", "schema_migrations", "tenant_members"}
-"""The tables a client (or the owner, for tenant_members) writes; every other cwstore
-table is derived from nodes."""
+WRITABLE = {
+    "graphs",
+    "nodes",
+    "frontier_declarations",
+    "schema_migrations",
+    "tenant_members",
+    "listeners",
+}
+"""The tables a client (or the owner, for tenant_members; listen_v1, for listeners)
+writes; every other cwstore table is derived from nodes."""
 INF = 9223372036854775807
 
 Conn = psycopg.Connection[Any]

@@ -1,0 +1,73 @@
+"""Wake-ups go out only while a follower is registered (cwstore.listeners, migration
+0007): a plain LISTEN hears nothing, a registered one hears every append, and a
+follower that is gone stops the wake-ups at the next registration."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+
+from cwstore._store_base import prepare_batch
+
+
+async def _heard(listener: asyncpg.Connection, writer: asyncpg.Connection) -> list[str]:
+    heard: list[str] = []
+
+    def got(_c: object, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+
+    await listener.add_listener("cwstore", got)
+    try:
+        batch = prepare_batch([{"kind": "goal", "parents": [], "payload": uuid.uuid4().hex}])
+        await writer.fetch(
+            "SELECT * FROM cwstore.append_v1($1, $2::json)", "l-" + uuid.uuid4().hex, batch.json
+        )
+        await asyncio.sleep(0.5)
+    finally:
+        await listener.remove_listener("cwstore", got)
+    return heard
+
+
+async def test_only_registered_followers_are_woken(db_dsn: str) -> None:
+    listener = await asyncpg.connect(db_dsn)
+    writer = await asyncpg.connect(db_dsn)
+    try:
+        await writer.execute("DELETE FROM cwstore.listeners")
+        assert await _heard(listener, writer) == []
+        await listener.execute("SELECT cwstore.listen_v1()")
+        heard = await _heard(listener, writer)
+        assert len(heard) == 1
+        assert heard[0].endswith(":1")
+        await listener.execute("SELECT cwstore.unlisten_v1()")
+        assert await _heard(listener, writer) == []
+    finally:
+        await listener.close()
+        await writer.close()
+
+
+async def test_a_gone_follower_is_forgotten(db_dsn: str) -> None:
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        gone = await asyncpg.connect(db_dsn)
+        gone_pid = gone.get_server_pid()
+        await gone.execute("SELECT cwstore.listen_v1()")
+        await gone.close()
+        for _ in range(100):  # the backend exits just after the client closes
+            if not await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", gone_pid
+            ):
+                break
+            await asyncio.sleep(0.05)
+        assert (
+            await conn.fetchval("SELECT count(*) FROM cwstore.listeners WHERE pid = $1", gone_pid)
+            == 1
+        )
+        await conn.execute("SELECT cwstore.listen_v1()")
+        pids = {r[0] for r in await conn.fetch("SELECT pid FROM cwstore.listeners")}
+        assert gone_pid not in pids
+        assert conn.get_server_pid() in pids
+        await conn.execute("SELECT cwstore.unlisten_v1()")
+    finally:
+        await conn.close()
