@@ -361,7 +361,7 @@ def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> N
                 with psycopg.connect(door.writer, autocommit=True) as t2:
                     t2.execute("SET application_name = %s", (f"declare-{pid}",))
                     t2.execute("SELECT cwstore.declare_frontier_v1(%s, %s)", (gid, [a["id"]]))
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         th = threading.Thread(target=declare)
@@ -417,9 +417,8 @@ def test_a_resource_key_has_a_documented_length_limit(door: Door, writer: Any) -
 
 
 def _error(dsn: str, stmt: str, *args: Any) -> tuple[str | None, ...]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        with pytest.raises(psycopg.Error) as exc:
-            conn.execute(stmt, args)
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.Error) as exc:
+        conn.execute(stmt, args)
     d = exc.value.diag
     return (d.sqlstate, d.message_primary, d.message_detail, d.message_hint, d.context)
 
