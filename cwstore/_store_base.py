@@ -135,8 +135,15 @@ def tenant_settings(tenant: str | None) -> dict[str, str]:
     """
     if tenant is None:
         return {}
-    if not isinstance(tenant, str) or not tenant or "\x00" in tenant:
-        raise InputError(f"tenant must be a non-empty string without NUL, got {tenant!r}")
+    if (
+        not isinstance(tenant, str)
+        or not tenant
+        or "\x00" in tenant
+        or jsontext._bad_string(tenant)
+    ):
+        raise InputError(
+            f"tenant must be a non-empty string without NUL or lone surrogates, got {tenant!r}"
+        )
     return {"cwstore.tenant": tenant}
 
 
@@ -378,6 +385,16 @@ def prepare_batch(
         if not isinstance(frontier, list | tuple) or not all(isinstance(f, str) for f in frontier):
             violations.append(
                 Violation("shape", None, None, "$.frontier", "frontier must be a list of node ids")
+            )
+        elif any(jsontext._bad_string(f) or "\x00" in f for f in frontier):
+            violations.append(
+                Violation(
+                    "unrepresentable",
+                    None,
+                    None,
+                    "$.frontier",
+                    "a frontier id holds U+0000 or a lone surrogate",
+                )
             )
         elif len(set(frontier)) != len(frontier):
             violations.append(

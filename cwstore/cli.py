@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import jsontext
 from .errors import Error, InputError, ValidationError, Violation
 from .rules import Vocabulary, parse_document, validate
 
@@ -108,6 +109,20 @@ def _add_dsn(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_text_options(args: argparse.Namespace) -> None:
+    """Refuse option values that are not UTF-8 (the OS hands them over as lone
+    surrogates) or hold NUL: PostgreSQL text can hold neither. File paths are the
+    OS's business and pass as given."""
+    for name, value in vars(args).items():
+        if name in ("file", "node_types"):
+            continue
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, str) and ("\x00" in v or jsontext._bad_string(v)):
+                option = "--" + name.replace("_", "-")
+                raise InputError(f"{option}: the value is not UTF-8 text (or holds NUL)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cwstore",
@@ -132,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], Any] = args.func
     try:
+        _check_text_options(args)
         result = func(args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)

@@ -121,7 +121,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _store(args) as store:
         text = store.export_json(args.graph, as_of=_as_of(args))
     if args.indent:
-        text = json.dumps(jsontext.loads(text), indent=args.indent, ensure_ascii=False)
+        text = jsontext.pretty(jsontext.loads_stored(text), args.indent)
     sys.stdout.write(text + "\n")
     return 0
 

@@ -35,11 +35,13 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "BadNumber",
     "DuplicateKeysDict",
+    "HugeInteger",
     "JSONTextError",
     "dumps",
     "js_number",
     "loads",
     "path_key",
+    "pretty",
     "problems",
 ]
 
@@ -65,6 +67,20 @@ class BadNumber(str):
     """A ``NaN``, ``Infinity`` or ``-Infinity`` token: JSON.parse refuses these."""
 
     __slots__ = ()
+
+
+class HugeInteger(str):
+    """An integer literal too long for Python to convert (over 4,300 digits): far
+    beyond what JavaScript holds, kept as its text so :func:`problems` can name it."""
+
+    __slots__ = ()
+
+
+def _parse_int(text: str) -> int | HugeInteger:
+    try:
+        return int(text)
+    except ValueError:
+        return HugeInteger(text)
 
 
 class DuplicateKeysDict(dict[str, Any]):
@@ -100,8 +116,13 @@ def loads(text: str) -> Any:
         return json.loads(text, object_pairs_hook=_pairs, parse_constant=BadNumber)
     except json.JSONDecodeError as exc:
         raise JSONTextError(exc.msg, exc.pos, exc.lineno, exc.colno) from None
-    except RecursionError:
-        return _loads_iterative(text)
+    except (RecursionError, ValueError):
+        # Nesting past the recursion limit, or an integer of more than 4,300 digits
+        # (Python refuses to convert it): the iterative parser handles both.
+        try:
+            return _loads_iterative(text)
+        except json.JSONDecodeError as exc:
+            raise JSONTextError(exc.msg, exc.pos, exc.lineno, exc.colno) from None
 
 
 def loads_stored(text: str) -> Any:
@@ -115,7 +136,10 @@ def loads_stored(text: str) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        return _loads_iterative(text)
+        try:
+            return _loads_iterative(text)
+        except json.JSONDecodeError as exc:
+            raise JSONTextError(exc.msg, exc.pos, exc.lineno, exc.colno) from None
 
 
 _WS = re.compile(r"[ \t\n\r]*")
@@ -178,7 +202,10 @@ def _loads_iterative(text: str) -> Any:
             m = _NUMBER.match(text, pos)
             if m is not None and m.end() > pos:
                 integer, frac, exp = m.groups()
-                value = float(integer + (frac or "") + (exp or "")) if frac or exp else int(integer)
+                if frac or exp:
+                    value = float(integer + (frac or "") + (exp or ""))
+                else:
+                    value = _parse_int(integer)
                 pos = m.end()
             else:
                 for word, lit in _LITERALS.items():
@@ -303,13 +330,18 @@ def _fast_copy(value: Any, order: KeyOrder | None, depth: int = 0) -> Any:
     raise _Slow
 
 
-def _write_slow(value: Any, order: KeyOrder | None) -> str:
-    """Iterative writer: any depth, any finite number."""
+def _write_slow(value: Any, order: KeyOrder | None, indent: int = 0) -> str:
+    """Iterative writer: any depth, any finite number; ``indent`` as JSON.stringify's."""
     out: list[str] = []
-    # Work items: ("v", value) to write a value, ("s", text) to emit text.
-    work: list[tuple[str, Any]] = [("v", value)]
+    colon = ": " if indent else ":"
+
+    def newline(depth: int) -> str:
+        return "\n" + " " * (indent * depth) if indent else ""
+
+    # Work items: ("v", value, depth) to write a value, ("s", text, depth) to emit text.
+    work: list[tuple[str, Any, int]] = [("v", value, 0)]
     while work:
-        tag, item = work.pop()
+        tag, item, depth = work.pop()
         if tag == "s":
             out.append(item)
             continue
@@ -330,21 +362,22 @@ def _write_slow(value: Any, order: KeyOrder | None) -> str:
                 out.append("{}")
                 continue
             out.append("{")
-            work.append(("s", "}"))
+            work.append(("s", newline(depth) + "}", depth))
             for i in range(len(keys) - 1, -1, -1):
                 k = keys[i]
-                work.append(("v", v[k]))
-                work.append(("s", ("," if i else "") + _dump_str(k) + ":"))
+                work.append(("v", v[k], depth + 1))
+                work.append(
+                    ("s", ("," if i else "") + newline(depth + 1) + _dump_str(k) + colon, 0)
+                )
         elif isinstance(v, list | tuple):
             if not v:
                 out.append("[]")
                 continue
             out.append("[")
-            work.append(("s", "]"))
+            work.append(("s", newline(depth) + "]", depth))
             for i in range(len(v) - 1, -1, -1):
-                work.append(("v", v[i]))
-                if i:
-                    work.append(("s", ","))
+                work.append(("v", v[i], depth + 1))
+                work.append(("s", ("," if i else "") + newline(depth + 1), 0))
         else:
             raise TypeError(f"not a JSON value: {type(v).__name__}")
     return "".join(out)
@@ -365,6 +398,12 @@ def write(value: Any, order: KeyOrder | None = None) -> str:
 def dumps(value: Any) -> str:
     """Compact JSON as ``JSON.stringify`` writes it, member order as given."""
     return write(value, None)
+
+
+def pretty(value: Any, indent: int) -> str:
+    """``JSON.stringify(value, null, indent)``: numbers and strings as :func:`dumps`
+    writes them, each member and element on its own line; any depth."""
+    return _write_slow(value, None, max(0, min(indent, 10)))
 
 
 # --- checking ------------------------------------------------------------------------
@@ -428,6 +467,13 @@ def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
                 yield ("unrepresentable", p, f"{v} is not a finite number")
         elif t is BadNumber:
             yield ("unrepresentable", p, f"{v} is not a JSON number")
+        elif t is HugeInteger:
+            yield (
+                "unrepresentable",
+                p,
+                f"an integer of {len(v.lstrip('-'))} digits is beyond ±(2^53-1): "
+                "JavaScript cannot hold it exactly",
+            )
         elif isinstance(v, dict):
             if depth >= MAX_DEPTH:
                 yield ("unrepresentable", p, f"nesting deeper than {MAX_DEPTH} levels")

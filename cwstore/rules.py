@@ -301,6 +301,8 @@ def check_nodes(
         if not isinstance(node, dict):
             bad("shape", np, f"node must be a JSON object, got {_type_name(node)}")
             continue
+        if isinstance(node, jsontext.DuplicateKeysDict):
+            bad("shape", np, _repeats("node", node))
         for name in node:
             if name not in NODE_FIELDS:
                 bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
@@ -517,6 +519,11 @@ def _check_semantic(
             )
 
 
+def _repeats(what: str, obj: jsontext.DuplicateKeysDict) -> str:
+    names = ", ".join(map(repr, obj.duplicates))
+    return f"{what} repeats member name(s) {names}: JSON.parse would keep only the last"
+
+
 def _show(value: Any) -> str:
     """A short, safe rendering of a value for a message (never recursive)."""
     if isinstance(value, dict | list | tuple):
@@ -620,6 +627,8 @@ def validate_in_slices(
         )
         return
     out: list[Violation] = []
+    if isinstance(state, jsontext.DuplicateKeysDict):
+        out.append(Violation("shape", None, None, "$", _repeats("document", state)))
     for name in state:
         if name not in _TOP_FIELDS:
             out.append(

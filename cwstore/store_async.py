@@ -18,8 +18,11 @@ from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote, urlencode
 
 import asyncpg
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from . import migrate
 from ._store_base import (
@@ -83,7 +86,7 @@ async def connect(
     the role may use it is checked by the database (docs/reliability.md, "Roles and
     tenants").
     """
-    real = resolve_dsn(dsn)
+    real = url_dsn(resolve_dsn(dsn))
     settings = tenant_settings(tenant)
     try:
         if migrate_schema:
@@ -102,6 +105,23 @@ async def connect(
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise _wrap(exc) from exc
     return AsyncStore(pool, real)
+
+
+def url_dsn(dsn: str) -> str:
+    """``dsn`` as a URL: asyncpg takes only URLs, libpq (and ``connect_sync``) also
+    ``key=value`` strings. A URL is returned as given; a ``key=value`` string (parsed by
+    psycopg, as libpq would) becomes ``postgresql:///dbname?key=value&...``, every other
+    setting a query parameter, which asyncpg reads as libpq does. Raises :class:`InputError` for a
+    string libpq would refuse."""
+    if "://" in dsn:
+        return dsn
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InputError(f"not a connection string: {exc}") from None
+    database = quote(str(params.pop("dbname", "")), safe="")
+    query = urlencode({k: str(v) for k, v in params.items()}, quote_via=quote)
+    return f"postgresql:///{database}?{query}"
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
