@@ -32,6 +32,7 @@ from .model import KINDS, AgentState, CausalNode
 __all__ = [
     "BUILTIN_TYPES",
     "NODE_FIELDS",
+    "RESOURCE_KEY_MAX_BYTES",
     "CheckState",
     "Vocabulary",
     "check_nodes",
@@ -62,6 +63,9 @@ _KIND_SET = frozenset(KINDS)
 SEMANTIC_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,47}\Z")
 SEMANTIC_KEY_RE = re.compile(r"[a-z0-9_./:-]{1,120}\Z")
 SEMANTIC_CONTENT_MAX = 100_000
+RESOURCE_KEY_MAX_BYTES = 2000
+"""Longest resourceKey, in UTF-8 bytes: the key is indexed, and a btree entry holds at
+most about 2,700 bytes. The database refuses longer keys with the same number."""
 MAX_VOCABULARY = 32
 
 # RFC 3339 date-time with a zone ("Z" or ±hh:mm); "T" or " " is not allowed, only T/t.
@@ -427,6 +431,14 @@ def check_nodes(
                     f"{np}.resourceKey",
                     "resourceKey holds U+0000 or a lone surrogate, which a PostgreSQL text "
                     "column cannot keep",
+                )
+                rkey_ok = False
+            elif len(rk.encode("utf-8")) > RESOURCE_KEY_MAX_BYTES:
+                bad(
+                    "shape",
+                    f"{np}.resourceKey",
+                    f"resourceKey is {len(rk.encode('utf-8'))} bytes of UTF-8; "
+                    f"at most {RESOURCE_KEY_MAX_BYTES} are allowed",
                 )
                 rkey_ok = False
             else:

@@ -124,8 +124,7 @@ def oracle_codes(prefix: list[dict[str, Any]], batch_text: str) -> set[str]:
     nodes = [*prefix]
     for i, node in enumerate(batch):
         if isinstance(node, dict):
-            node = dict(node)
-            node["sequence"] = len(prefix) + i + 1
+            node["sequence"] = len(prefix) + i + 1  # in place: keeps DuplicateKeysDict
         nodes.append(node)
     return {v.code for v in validate({"version": 1, "nodes": nodes, "frontier": []})}
 
@@ -262,6 +261,9 @@ def _bad_batches() -> Iterator[tuple[str, list[dict[str, Any]], str]]:
     yield "semantic content of emoji (UTF-16)", [sem.nodes[0]], jsontext.dumps([bad])
 
 
+NOT_JSON = {"payload NaN", "lone surrogate"}
+
+
 @pytest.mark.parametrize("name", [c[0] for c in _bad_batches()])
 def test_append_refuses_what_import_refuses(door: Door, writer: Any, name: str) -> None:
     _, before, batch = next(c for c in _bad_batches() if c[0] == name)
@@ -271,6 +273,11 @@ def test_append_refuses_what_import_refuses(door: Door, writer: Any, name: str) 
     append(writer, g, before)
     with pytest.raises(psycopg.Error) as exc:
         append(writer, g, batch)
+    if name in NOT_JSON:
+        # PostgreSQL refuses the batch as json input, before append_v1 runs.
+        assert exc.value.diag.sqlstate == "22P02"
+        assert stored(door.admin, g)[:2] == (len(before), len(before))
+        return
     detail = refusal(exc.value)
     assert detail["code"] in expected, (name, detail, expected)
     length, rows, _ = stored(door.admin, g)
@@ -359,7 +366,9 @@ def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> N
         def declare() -> None:
             try:
                 with psycopg.connect(door.writer, autocommit=True) as t2:
-                    t2.execute("SET application_name = %s", (f"declare-{pid}",))
+                    t2.execute(
+                        "SELECT set_config('application_name', %s, false)", (f"declare-{pid}",)
+                    )
                     t2.execute("SELECT cwstore.declare_frontier_v1(%s, %s)", (gid, [a["id"]]))
             except BaseException as exc:
                 errors.append(exc)
