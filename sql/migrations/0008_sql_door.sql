@@ -81,21 +81,22 @@ COMMENT ON FUNCTION cwstore.js_number(text) IS
 -- as cwstore.rules (Python).
 CREATE FUNCTION cwstore._created_at_ok(p text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT CASE WHEN p !~ ('^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}'
-                         '(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$') THEN false
-  ELSE (WITH f AS (SELECT substr(p, 1, 4)::integer AS y, substr(p, 6, 2)::integer AS m,
-                          substr(p, 9, 2)::integer AS d, substr(p, 12, 2)::integer AS hh,
-                          substr(p, 15, 2)::integer AS mi, substr(p, 18, 2)::integer AS ss,
-                          CASE WHEN right(p, 1) IN ('Z', 'z') THEN 0
-                               ELSE substr(p, length(p) - 4, 2)::integer END AS oh,
-                          CASE WHEN right(p, 1) IN ('Z', 'z') THEN 0
-                               ELSE substr(p, length(p) - 1, 2)::integer END AS om)
-        SELECT y >= 1 AND m BETWEEN 1 AND 12 AND hh <= 23 AND mi <= 59 AND ss <= 59
-               AND oh <= 23 AND om <= 59
-               AND d BETWEEN 1 AND CASE WHEN m = 2 THEN
-                     CASE WHEN (y % 4 = 0 AND y % 100 <> 0) OR y % 400 = 0 THEN 29 ELSE 28 END
-                   WHEN m IN (4, 6, 9, 11) THEN 30 ELSE 31 END
-          FROM f) END
+  SELECT CASE
+    WHEN p !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$'
+      THEN false
+    WHEN substr(p, 12, 2)::integer > 23 OR substr(p, 15, 2)::integer > 59
+      OR substr(p, 18, 2)::integer > 59
+      OR (right(p, 1) NOT IN ('Z', 'z')
+          AND (substr(p, length(p) - 4, 2)::integer > 23 OR right(p, 2)::integer > 59))
+      OR left(p, 4)::integer = 0 OR substr(p, 6, 2)::integer NOT BETWEEN 1 AND 12
+      OR substr(p, 9, 2)::integer = 0
+      THEN false
+    ELSE substr(p, 9, 2)::integer <= CASE substr(p, 6, 2)::integer
+           WHEN 2 THEN
+             CASE WHEN (left(p, 4)::integer % 4 = 0 AND left(p, 4)::integer % 100 <> 0)
+                       OR left(p, 4)::integer % 400 = 0 THEN 29 ELSE 28 END
+           WHEN 4 THEN 30 WHEN 6 THEN 30 WHEN 9 THEN 30 WHEN 11 THEN 30 ELSE 31 END
+  END
 $$;
 
 -- _payload_problem(payload text) -> 'code|path|message', or NULL when the payload is
@@ -116,43 +117,60 @@ DECLARE
   v_bare text;
   v_tok text;
   v_js text;
-  v_doc jsonb;
 BEGIN
-  v_rest := regexp_replace(p_text, '\\(["\\bfnrt]|u00(0[0-7bef]|1[0-9a-f]))', '', 'g');
+  -- Escapes: take out those JSON.stringify writes (escaped backslashes first, pair by
+  -- pair from the left, so each backslash left starts an escape); none may remain.
+  v_rest := replace(p_text, '\\', '');
   IF strpos(v_rest, '\') > 0 THEN
-    RETURN format('shape|$.payload|the escape %s is not how JSON.stringify writes that character',
-                  substring(v_rest FROM '\\(?:u[0-9a-fA-F]{4}|.)'));
+    v_rest := replace(replace(replace(replace(replace(replace(v_rest, '\"', ''), '\n', ''),
+                                                      '\t', ''), '\r', ''), '\b', ''), '\f', '');
+    IF strpos(v_rest, '\') > 0 THEN
+      v_rest := regexp_replace(v_rest, '\\u00(0[0-7bef]|1[0-9a-f])', '', 'g');
+      IF strpos(v_rest, '\') > 0 THEN
+        RETURN format('shape|$.payload|the escape %s is not how JSON.stringify writes that character',
+                      substring(v_rest FROM '\\(?:u[0-9a-fA-F]{4}|.)'));
+      END IF;
+    END IF;
   END IF;
+  -- What is left outside strings: punctuation, literals and numbers, nothing else.
   v_bare := regexp_replace(v_rest, '"[^"]*"', '""', 'g');
   IF v_bare ~ '[ \t\n\r]' THEN
     RETURN 'shape|$.payload|whitespace outside strings: send the payload as JSON.stringify writes it (compact)';
   END IF;
-  SELECT t INTO v_tok
-    FROM regexp_matches(v_bare, '-?[0-9][0-9.eE+-]*', 'g') AS m, LATERAL (SELECT m[1] AS t) x
-   WHERE t !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(t) IS DISTINCT FROM t
-   LIMIT 1;
-  IF FOUND THEN
-    v_js := cwstore.js_number(v_tok);
-    IF v_js IS NULL AND v_tok ~ '^-?[0-9.]+[eE]\+?[0-9]+$' THEN
-      RETURN format('unrepresentable|$.payload|%s is not a finite number', v_tok);
-    ELSIF v_tok ~ '^-?[0-9]+$' AND v_tok <> '-0' THEN
-      RETURN format('unrepresentable|$.payload|integer %s is beyond +-(2^53-1): JavaScript cannot hold it exactly',
-                    v_tok);
+  IF v_bare ~ '[.eE]|[0-9]{16}|-0' THEN
+    SELECT m[1] INTO v_tok
+      FROM regexp_matches(v_bare, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
+     WHERE m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
+     LIMIT 1;
+    IF FOUND THEN
+      v_js := cwstore.js_number(v_tok);
+      IF v_js IS NULL AND v_tok ~ '^-?[0-9.]+[eE]\+?[0-9]+$' THEN
+        RETURN format('unrepresentable|$.payload|%s is not a finite number', v_tok);
+      ELSIF v_tok ~ '^-?[0-9]+$' AND v_tok <> '-0' THEN
+        RETURN format('unrepresentable|$.payload|integer %s is beyond +-(2^53-1): JavaScript cannot hold it exactly',
+                      v_tok);
+      END IF;
+      RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
+                    coalesce(v_js, 'as 0'));
     END IF;
-    RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
-                  coalesce(v_js, 'as 0'));
   END IF;
-  IF strpos(v_bare, '{') > 0 OR strpos(v_bare, '[') > 0 THEN
-    v_doc := cwstore.payload_jsonb(p_text);
-    IF strpos(v_bare, '"":') > 0
-       AND (length(v_bare) - length(replace(v_bare, '"":', ''))) / 3
-           <> (SELECT count(*) FROM jsonb_path_query(v_doc, 'strict $.** ? (@.type() == "object").*'))
-    THEN
+  -- Repeated member names: jsonb keeps one member per name, so it holds fewer values
+  -- than the text when a name repeats. Values in the text: containers, strings that
+  -- are not member names, numbers and literals.
+  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6 THEN
+    v_bare := replace(v_bare, '"":', ':');
+    IF length(v_bare) - length(translate(v_bare, '{[', ''))
+       + (length(v_bare) - length(replace(v_bare, '""', ''))) / 2
+       + regexp_count(v_bare, '-?[0-9][0-9.eE+-]*|true|false|null')
+       <> jsonb_array_length(jsonb_path_query_array(cwstore.payload_jsonb(p_text),
+                                                    'strict $.**.type()')) THEN
       RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
     END IF;
-    IF jsonb_path_exists(v_doc, 'strict $.**{10000} ? (@.type() == "object" || @.type() == "array")') THEN
-      RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
-    END IF;
+  END IF;
+  IF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
+     AND jsonb_path_exists(cwstore.payload_jsonb(p_text),
+                           'strict $.**{10000} ? (@.type() == "object" || @.type() == "array")') THEN
+    RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
   END IF;
   RETURN NULL;
 END $$;
