@@ -33,7 +33,7 @@ import asyncpg
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cwstore.migrate import apply_migrations_sync
 
@@ -198,3 +198,42 @@ def conn(db_dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """A psycopg connection, in autocommit mode, to the module's database."""
     with psycopg.connect(db_dsn, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def login_role(db_dsn: str) -> Iterator[Any]:
+    """``login_role(group, tenant) -> dsn``: a new login role in ``cwstore_writer`` or
+    ``cwstore_reader`` and in ``tenant``, on the module's database (``cwstore init
+    --roles`` done first). Its DSN logs in as it (trust auth, no password). The roles
+    are dropped after the module."""
+    from cwstore import roles
+
+    made: list[str] = []
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        roles.install_roles_sync(conn)
+
+    def make(group: str, tenant: str) -> str:
+        name = f"cw_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
+                    sql.Identifier(name), sql.Identifier(group)
+                )
+            )
+            made.append(name)
+            roles.add_tenant_member_sync(conn, tenant, name)
+        params: dict[str, Any] = conninfo_to_dict(db_dsn)
+        params["user"] = name
+        params.pop("password", None)
+        return dsn_for(make_conninfo(**params), str(params["dbname"]))
+
+    try:
+        yield make
+    finally:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            for name in made:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                    (name,),
+                )
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))

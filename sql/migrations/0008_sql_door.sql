@@ -99,6 +99,16 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   END
 $$;
 
+-- _lone_surrogate(json text): whether a string in it escapes half of a surrogate pair
+-- (\ud800 alone): not Unicode, so no text can hold it. PostgreSQL's json input takes
+-- it and fails later, wherever the string is first read as text.
+CREATE FUNCTION cwstore._lone_surrogate(p_text text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT strpos(p_text, '\u') > 0
+     AND (replace(p_text, '\\', '') ~ '\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])'
+          OR replace(p_text, '\\', '') ~ '(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]')
+$$;
+
 -- _payload_problem(payload text) -> 'code|path|message', or NULL when the payload is
 -- JSON the runtime can write and cwstore can keep exactly. The text must already be
 -- one JSON value (append_v1 reads it out of a json batch; import_rows_v1 parses its
@@ -127,6 +137,9 @@ BEGIN
     IF strpos(v_rest, '\') > 0 THEN
       v_rest := regexp_replace(v_rest, '\\u00(0[0-7bef]|1[0-9a-f])', '', 'g');
       IF strpos(v_rest, '\') > 0 THEN
+        IF cwstore._lone_surrogate(p_text) THEN
+          RETURN 'unrepresentable|$.payload|a string holds a lone surrogate (not valid Unicode)';
+        END IF;
         RETURN format('shape|$.payload|the escape %s is not how JSON.stringify writes that character',
                       substring(v_rest FROM '\\(?:u[0-9a-fA-F]{4}|.)'));
       END IF;
@@ -446,6 +459,10 @@ BEGIN
                                'nodes must be a JSON array of node objects');
   END IF;
   IF p_frontier IS NOT NULL THEN
+    IF cwstore._lone_surrogate(p_frontier::text) THEN
+      PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
+        'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+    END IF;
     IF json_typeof(p_frontier) <> 'array'
        OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
     THEN
@@ -453,6 +470,11 @@ BEGIN
                                  'frontier must be a JSON array of node ids');
     END IF;
     v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
+  END IF;
+
+  IF cwstore._lone_surrogate(p_nodes::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
+      'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
   END IF;
 
   -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
@@ -487,8 +509,10 @@ BEGIN
                      THEN 'shape|$|node repeats a member name (JSON.parse would keep only the last)'
                    WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
                      THEN 'shape|$.id|id must be a string'
+                   WHEN r.kind IS NULL AND json_typeof(a.e -> 'kind') IS NULL
+                     THEN 'shape|$|node is missing field kind'
                    WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
-                     THEN 'shape|$.kind|kind must be a string'
+                     THEN 'kind|$.kind|kind must be one of the ten kinds (a string)'
                    WHEN json_typeof(r.parents) IS DISTINCT FROM 'array'
                      THEN 'shape|$.parents|parents must be an array'
                    WHEN r.payload IS NULL THEN 'shape|$|payload is missing'
