@@ -54,14 +54,8 @@ SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
 
 -- name: tail_all
 -- Up to $4 nodes of every graph after cursor ($1 xid, $2 graph, $3 seq), only from
--- transactions older than every running one, so none can commit behind the cursor.
-SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text,
-       n.created_at_text, n.resource_key
-  FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
- WHERE n.xid >= $1 AND (n.xid, n.graph_id, n.seq) > ($1, $2, $3)
-   AND n.xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
- ORDER BY n.xid, n.graph_id, n.seq
- LIMIT $4
+-- transactions that can no longer commit behind the cursor (cwstore.feed_horizon).
+SELECT * FROM cwstore.tail_all_v1($1, $2, $3, $4)
 
 -- name: projection_at
 -- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as
