@@ -80,6 +80,9 @@ def resolve_dsn(dsn: str | None) -> str:
     return ensure_server()
 
 
+TAIL_BATCH_BYTES = 8 << 20
+"""A follower fetches at most this many bytes of payload past a batch's first node."""
+
 MAX_GRAPH_NAME_BYTES = 2000
 """Longest graph name, in UTF-8 bytes (a btree index entry holds at most ~2,700)."""
 

@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool
 from . import migrate
 from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
+    TAIL_BATCH_BYTES,
     Cursor,
     DivergedError,
     GraphInfo,
@@ -313,11 +314,13 @@ class Store:
                 g = self._graph(conn, graph)
                 graph_id, last = int(g[0]), after
                 while True:
-                    rows = conn.execute(q("tail_graph"), (graph_id, last, _TAIL_BATCH)).fetchall()
+                    rows = conn.execute(
+                        q("tail_graph"), (graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES)
+                    ).fetchall()
                     for r in rows:
                         last = int(r[0])
                         yield node_from_row(*r)
-                    if len(rows) < _TAIL_BATCH:
+                    if not rows:
                         self._wait(conn)
             except _DB_ERRORS as exc:
                 raise _wrap(exc) from exc
@@ -330,12 +333,12 @@ class Store:
                 while True:
                     rows = conn.execute(
                         q("tail_all"),
-                        (cursor.xid, cursor.graph_id, cursor.seq, _TAIL_BATCH),
+                        (cursor.xid, cursor.graph_id, cursor.seq, _TAIL_BATCH, TAIL_BATCH_BYTES),
                     ).fetchall()
                     for r in rows:
                         cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
                         yield TailItem(cursor, r[2], node_from_row(*r[3:]))
-                    if len(rows) < _TAIL_BATCH:
+                    if not rows:
                         self._wait(conn)
             except _DB_ERRORS as exc:
                 raise _wrap(exc) from exc

@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from . import migrate
 from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
+    TAIL_BATCH_BYTES,
     Cursor,
     DivergedError,
     GraphInfo,
@@ -399,13 +400,15 @@ class AsyncStore:
             while True:
                 event.clear()
                 try:
-                    rows = await conn.fetch(q("tail_graph"), graph_id, last, _TAIL_BATCH)
+                    rows = await conn.fetch(
+                        q("tail_graph"), graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES
+                    )
                 except _DB_ERRORS as exc:
                     raise _wrap(exc) from exc
                 for r in rows:
                     last = int(r[0])
                     yield node_from_row(*r)
-                if len(rows) < _TAIL_BATCH:
+                if not rows:
                     with suppress(TimeoutError):
                         await asyncio.wait_for(event.wait(), _POLL_SECONDS)
 
@@ -422,14 +425,19 @@ class AsyncStore:
                 event.clear()
                 try:
                     rows = await conn.fetch(
-                        q("tail_all"), cursor.xid, cursor.graph_id, cursor.seq, _TAIL_BATCH
+                        q("tail_all"),
+                        cursor.xid,
+                        cursor.graph_id,
+                        cursor.seq,
+                        _TAIL_BATCH,
+                        TAIL_BATCH_BYTES,
                     )
                 except _DB_ERRORS as exc:
                     raise _wrap(exc) from exc
                 for r in rows:
                     cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
                     yield TailItem(cursor, r[2], node_from_row(*r[3:]))
-                if len(rows) < _TAIL_BATCH:
+                if not rows:
                     with suppress(TimeoutError):
                         await asyncio.wait_for(event.wait(), _POLL_SECONDS)
 

@@ -48,14 +48,23 @@ SELECT u.ord
  ORDER BY u.ord LIMIT 1
 
 -- name: tail_graph
--- Up to $3 nodes of graph $1 after sequence $2, in order.
+-- Up to $3 nodes of graph $1 after sequence $2, in order, and no more than $4 bytes of
+-- payload text past the first (a batch of large nodes stops early; the first node is
+-- always sent).
 SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
-  FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+  FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.seq)
+                    - octet_length(l.payload_text) AS before
+          FROM (SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
+                  FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2
+                 ORDER BY seq LIMIT $3) l) x
+ WHERE x.before < $4 OR x.before = 0
+ ORDER BY seq
 
 -- name: tail_all
--- Up to $4 nodes of every graph after cursor ($1 xid, $2 graph, $3 seq), only from
--- transactions that can no longer commit behind the cursor (cwstore.feed_horizon).
-SELECT * FROM cwstore.tail_all_v1($1, $2, $3, $4)
+-- Up to $4 nodes (and $5 bytes of payload past the first) of every graph after cursor
+-- ($1 xid, $2 graph, $3 seq), only from transactions that can no longer commit behind
+-- the cursor (cwstore.feed_horizon).
+SELECT * FROM cwstore.tail_all_v1($1, $2, $3, $4, $5)
 
 -- name: projection_at
 -- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as

@@ -713,13 +713,15 @@ END $$;
 COMMENT ON FUNCTION cwstore.feed_horizon() IS
   'The xid below which no node can still commit: the oldest running transaction of a role that may write cwstore nodes in this database, else the next xid. tail_all_v1 reads below it.';
 
--- tail_all_v1(xid, graph_id, seq, limit) -> nodes of every graph the caller may read
---   Up to limit nodes after the cursor (xid, graph_id, seq), in cursor order, only below
---   feed_horizon() (computed first, in a statement of its own, so the read's snapshot
---   comes after it). Runs as the caller: row-level security decides what it sees. In a
---   REPEATABLE READ or SERIALIZABLE transaction the read's snapshot is the
+-- tail_all_v1(xid, graph_id, seq, limit, max_bytes) -> nodes of every graph the caller
+--   may read: up to limit nodes after the cursor (xid, graph_id, seq), in cursor order,
+--   only below feed_horizon() (computed first, in a statement of its own, so the read's
+--   snapshot comes after it), and no more than max_bytes of payload text past the first
+--   node (NULL: no byte bound). Runs as the caller: row-level security decides what it
+--   sees. In a REPEATABLE READ or SERIALIZABLE transaction the read's snapshot is the
 --   transaction's, so the horizon is held to that snapshot's xmin as well.
-CREATE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint, p_limit integer)
+CREATE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
 RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
                parents text[], payload_text text, created_at_text text, resource_key text)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -731,13 +733,20 @@ BEGIN
       pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint);
   END IF;
   RETURN QUERY
-  SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text,
-         n.created_at_text, n.resource_key
-    FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
-   WHERE n.xid >= p_xid AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
-     AND n.xid < v_horizon
-   ORDER BY n.xid, n.graph_id, n.seq
-   LIMIT p_limit;
+  SELECT x.xid, x.graph_id, x.name, x.seq, x.id, x.kind, x.parents, x.payload_text,
+         x.created_at_text, x.resource_key
+    FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.xid, l.graph_id, l.seq)
+                      - octet_length(l.payload_text) AS before
+            FROM (SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents,
+                         n.payload_text, n.created_at_text, n.resource_key
+                    FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+                   WHERE n.xid >= p_xid
+                     AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
+                     AND n.xid < v_horizon
+                   ORDER BY n.xid, n.graph_id, n.seq
+                   LIMIT p_limit) l) x
+   WHERE p_max_bytes IS NULL OR x.before = 0 OR x.before < p_max_bytes
+   ORDER BY x.xid, x.graph_id, x.seq;
 END $$;
-COMMENT ON FUNCTION cwstore.tail_all_v1(bigint, bigint, bigint, integer) IS
-  'The all-graphs feed: up to limit nodes after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read.';
+COMMENT ON FUNCTION cwstore.tail_all_v1(bigint, bigint, bigint, integer, bigint) IS
+  'The all-graphs feed: up to limit nodes (and max_bytes of payload past the first) after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read.';

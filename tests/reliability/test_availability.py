@@ -152,3 +152,56 @@ async def test_a_forged_notification_yields_nothing(db_dsn: str) -> None:
         assert seen == [b.nodes[0]["id"]]
     finally:
         await store.close()
+
+
+async def test_a_follower_fetches_a_bounded_number_of_bytes(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tail and tail_all fetch at most TAIL_BATCH_BYTES of payload past a batch's first
+    node (1,000 nodes of 10 MB were fetched at once before); every node still comes,
+    in order."""
+    from cwstore import _store_base, store, store_async
+    from cwstore._store_base import q
+
+    b = GraphBuilder()
+    b.system("contract")
+    for i in range(6):
+        b.inference("x" * (1 << 20) + str(i))
+    graph = f"avail-{uuid.uuid4().hex}"
+    sync = cwstore.connect_sync(db_dsn, migrate_schema=False, max_size=1)
+    try:
+        sync.append(graph, b.nodes)
+        with psycopg.connect(db_dsn, autocommit=True) as c:
+            (gid,) = c.execute(
+                "SELECT graph_id FROM cwstore.graphs WHERE name = %s", (graph,)
+            ).fetchone() or (None,)
+            raw = psycopg.RawCursor(c)
+            rows = raw.execute(q("tail_graph"), (gid, 0, 1000, 2_500_000)).fetchall()
+            assert [r[0] for r in rows] == [1, 2, 3, 4]  # 0, 1, 2 MB before 2, 3, 4
+            rows = raw.execute(q("tail_graph"), (gid, 4, 1000, 10)).fetchall()
+            assert [r[0] for r in rows] == [5]  # the first node always comes
+            feed = c.execute(
+                "SELECT seq FROM cwstore.tail_all_v1(0, %s, 0, 1000, 2500000) WHERE graph_id = %s",
+                (gid - 1, gid),
+            ).fetchall()
+            assert len(feed) <= 4
+        for module in (_store_base, store, store_async):
+            monkeypatch.setattr(module, "TAIL_BATCH_BYTES", 1_500_000, raising=False)
+        seqs = []
+        for node in sync.tail(graph):
+            seqs.append(node.sequence)
+            if len(seqs) == len(b.nodes):
+                break
+        assert seqs == list(range(1, len(b.nodes) + 1))
+        astore = await cwstore.connect(db_dsn, migrate_schema=False, max_size=1)
+        try:
+            got = []
+            async for node in astore.tail(graph):
+                got.append(node.sequence)
+                if len(got) == len(b.nodes):
+                    break
+            assert got == seqs
+        finally:
+            await astore.close()
+    finally:
+        sync.close()
