@@ -490,6 +490,18 @@ def key_version(key: str, row: Sequence[Any]) -> KeyVersion:
     )
 
 
+def export_rows(
+    graph: str, seq: int | None, rows: Sequence[Sequence[Any]]
+) -> tuple[str, list[str]]:
+    """(nodes JSON array text, frontier) from the rows of query ``export``
+    (``export_parts_v1``): the first row holds the length and the frontier, the others
+    the nodes array's text in parts, so no single database value holds the whole graph.
+    Raises :class:`InputError` for a read as of a sequence the graph does not hold."""
+    head = rows[0]
+    check_read_length(graph, seq, int(head[0]))
+    return "[" + ",".join(r[3] for r in rows[1:]) + "]", list(head[4])
+
+
 def export_text(nodes_array: str, frontier: Sequence[str]) -> str:
     """The AgentState v1 document from the nodes' JSON array text and the frontier."""
     return (

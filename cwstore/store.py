@@ -33,6 +33,7 @@ from ._store_base import (
     check_graph_name,
     check_read_length,
     check_save,
+    export_rows,
     export_text,
     key_version,
     map_constraint,
@@ -198,10 +199,8 @@ class Store:
         check_graph_name(graph)
         seq, at = as_of_args(as_of)
         with self._conn() as conn:
-            row = conn.execute(q("export"), (graph, seq, at)).fetchone()
-        assert row is not None
-        check_read_length(graph, seq, int(row[0]))
-        return row[2], list(row[3])
+            rows = conn.execute(q("export"), (graph, seq, at)).fetchall()
+        return export_rows(graph, seq, rows)
 
     def export_json(self, graph: str, as_of: int | datetime | None = None) -> str:
         """The graph or a prefix as AgentState v1 JSON text (see the async twin)."""

@@ -38,6 +38,7 @@ from ._store_base import (
     check_graph_name,
     check_read_length,
     check_save,
+    export_rows,
     export_text,
     key_version,
     map_constraint,
@@ -255,9 +256,8 @@ class AsyncStore:
         check_graph_name(graph)
         seq, at = as_of_args(as_of)
         async with self._conn() as conn:
-            row = await conn.fetchrow(q("export"), graph, seq, at)
-        check_read_length(graph, seq, int(row["length"]))
-        return row["nodes"], list(row["frontier"])
+            rows = await conn.fetch(q("export"), graph, seq, at)
+        return export_rows(graph, seq, rows)
 
     async def export_json(self, graph: str, as_of: int | datetime | None = None) -> str:
         """The graph (or its prefix as of a sequence or time) as AgentState v1 JSON text.
@@ -265,7 +265,8 @@ class AsyncStore:
         Built from the stored exact texts without re-parsing: payloads come back byte
         for byte. As of a time T: the prefix up to the last node whose ``createdAt`` is
         at or before T. The frontier is the one in force at that point. One statement
-        (``export_v1``), so one snapshot and one round trip.
+        (``export_parts_v1``), so one snapshot and one round trip; the nodes come in parts,
+        so a graph over 1 GB (the most one database value holds) exports too.
         """
         return export_text(*await self._export(graph, as_of))
 

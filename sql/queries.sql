@@ -23,8 +23,9 @@ SELECT seq, id, created_at, recorded_at, written, payload_text
   FROM cwstore.append_v1($1, $2::json, $3, $4::json)
 
 -- name: export
--- Graph $1 as of sequence $2, or time $3, or now: (length, seq, nodes JSON text, frontier).
-SELECT length, seq, nodes, frontier FROM cwstore.export_v1($1, $2, $3)
+-- Graph $1 as of sequence $2, or time $3, or now: (length, seq, part, nodes, frontier)
+-- rows; the first (part -1) has the frontier, the others the nodes array in parts.
+SELECT length, seq, part, nodes, frontier FROM cwstore.export_parts_v1($1, $2, $3)
 
 -- name: analyze_graph_tables
 -- Fresh statistics after a bulk load, so the next reads get plans for its size.

@@ -750,3 +750,48 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore.tail_all_v1(bigint, bigint, bigint, integer, bigint) IS
   'The all-graphs feed: up to limit nodes (and max_bytes of payload past the first) after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read.';
+
+-- export_parts_v1(graph, s, t, part_bytes) -> (length, seq, part, nodes, frontier)
+--   export_v1 as several rows, so a graph whose JSON exceeds what one text value holds
+--   (1 GB) still exports: the first row (part -1) carries length, seq and the frontier;
+--   each following row a part of the nodes array, nodes in order, joined by commas,
+--   about part_bytes each (a part ends after the node that reaches the size). A client
+--   writes '[' || the parts joined by ',' || ']'. One statement, so one snapshot. When
+--   s is beyond the graph's length, the first row alone, with a NULL frontier.
+CREATE FUNCTION cwstore.export_parts_v1(p_graph text, p_seq bigint DEFAULT NULL,
+                                        p_time timestamptz DEFAULT NULL,
+                                        p_part_bytes bigint DEFAULT 67108864)
+RETURNS TABLE (length bigint, seq bigint, part bigint, nodes text, frontier text[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint;
+BEGIN
+  IF p_seq < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('a sequence number is >= 0, got %s', p_seq),
+      DETAIL = jsonb_build_object('seq', p_seq)::text;
+  END IF;
+  v_seq := CASE WHEN p_time IS NOT NULL THEN cwstore.seq_at_time(p_graph, p_time)
+                ELSE coalesce(p_seq, g.length) END;
+  IF v_seq > g.length THEN
+    RETURN QUERY SELECT g.length, v_seq, -1::bigint, NULL::text, NULL::text[];
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT g.length, v_seq, -1::bigint, NULL::text,
+         CASE WHEN v_seq = 0 THEN '{}'::text[] ELSE
+           ARRAY(SELECT n.id FROM cwstore._frontier_at(g.graph_id, v_seq) f
+                   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq
+                  ORDER BY f.position) END;
+  RETURN QUERY
+  SELECT g.length, v_seq, c.part, string_agg(c.node_json, ',' ORDER BY c.seq), NULL::text[]
+    FROM (SELECT n.seq, n.node_json,
+                 (sum(octet_length(n.node_json)) OVER (ORDER BY n.seq)
+                  - octet_length(n.node_json)) / greatest(p_part_bytes, 1) AS part
+            FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq <= v_seq) c
+   GROUP BY c.part
+   ORDER BY c.part;
+END $$;
+COMMENT ON FUNCTION cwstore.export_parts_v1(text, bigint, timestamptz, bigint) IS
+  'export_v1 in rows: part -1 carries (length, seq, frontier), parts 0.. the nodes array''s text in order, about part_bytes each, so graphs over 1 GB export. One snapshot.';

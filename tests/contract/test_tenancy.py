@@ -48,6 +48,7 @@ READ_API = {
     "listen_v1()",
     "unlisten_v1()",
     "export_v1(text,bigint,timestampwithtimezone)",
+    "export_parts_v1(text,bigint,timestampwithtimezone,bigint)",
 }
 WRITE_API = {
     "append_v1(text,json,bigint,json)",
