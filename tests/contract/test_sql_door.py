@@ -15,6 +15,8 @@ one of the codes the validator reports, and must leave nothing behind.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -459,3 +461,34 @@ def test_another_tenants_graph_reads_exactly_as_unknown(door: Door, writer: Any)
         theirs = _error(door.reader, stmt, g)
         nobody = _error(door.reader, stmt, missing_name)
         assert theirs == tuple(x.replace(missing_name, g) if x else x for x in nobody), stmt
+
+
+def test_a_wrong_hash_id_is_stored_and_a_reader_finds_it(door: Door, writer: Any) -> None:
+    """What the database does not check: that an id is the hash of its content (SPEC
+    section 2's ICU key order and number forms cost 250 us a node in SQL and cannot
+    recurse past ~1,500 levels; docs/reliability.md). A writer can store such a node in
+    its own tenant's graphs; export then fails the runtime's and cwstore's identity
+    check, and ``cwstore export | cwstore validate -`` names the node."""
+
+    b = GraphBuilder()
+    b.system("contract")
+    goal = b.goal("honest")
+    lie = dict(goal, payload="tampered")  # the id of "honest", the content "tampered"
+    g = graph_name()
+    append(writer, g, [b.nodes[0], lie])
+    _, _, nodes = stored(door.admin, g)
+    assert nodes is not None
+    run = subprocess.run(
+        [sys.executable, "-m", "cwstore", "export", "--dsn", door.admin, "--graph", g],
+        capture_output=True,
+        check=True,
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "cwstore", "validate", "-"],
+        input=run.stdout,
+        capture_output=True,
+        check=False,
+    )
+    assert check.returncode == 1
+    err = check.stderr.decode()
+    assert f"identity\tnode=1\tid={goal['id']}" in err, err
