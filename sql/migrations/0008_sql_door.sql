@@ -795,3 +795,19 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore.export_parts_v1(text, bigint, timestamptz, bigint) IS
   'export_v1 in rows: part -1 carries (length, seq, frontier), parts 0.. the nodes array''s text in order, about part_bytes each, so graphs over 1 GB export. One snapshot.';
+
+-- export_v1 is now export_parts_v1 in one part (one text value, so at most 1 GB): the
+-- same results, from one definition of what a graph's export holds.
+CREATE OR REPLACE FUNCTION cwstore.export_v1(p_graph text, p_seq bigint DEFAULT NULL,
+                                             p_time timestamptz DEFAULT NULL)
+RETURNS TABLE (length bigint, seq bigint, nodes text, frontier text[])
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  WITH p AS (SELECT * FROM cwstore.export_parts_v1(p_graph, p_seq, p_time,
+                                                   4611686018427387904))
+  SELECT h.length, h.seq,
+         CASE WHEN h.frontier IS NOT NULL THEN
+           '[' || coalesce((SELECT string_agg(x.nodes, ',' ORDER BY x.part) FROM p x
+                             WHERE x.part >= 0), '') || ']' END,
+         h.frontier
+    FROM p h WHERE h.part = -1
+$$;

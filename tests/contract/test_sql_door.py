@@ -26,11 +26,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from contract_support import dsn_as
-from psycopg import sql
 
 import cwstore
-from cwstore import jsontext, roles
+from cwstore import jsontext
 from cwstore.identity import compute_id
 from cwstore.rules import validate
 from cwstore.testing import GraphBuilder
@@ -45,32 +43,13 @@ class Door:
 
 
 @pytest.fixture(scope="module")
-def door(db_dsn: str) -> Iterator[Door]:
-    tag = uuid.uuid4().hex[:8]
-    names = {w: f"cw_{tag}_{w}" for w in ("writer", "other", "reader")}
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
-        for who, group, tenant in (
-            ("writer", "cwstore_writer", "acme"),
-            ("other", "cwstore_writer", "globex"),
-            ("reader", "cwstore_reader", "globex"),
-        ):
-            conn.execute(
-                sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
-                    sql.Identifier(names[who]), sql.Identifier(group)
-                )
-            )
-            roles.add_tenant_member_sync(conn, tenant, names[who])
-    try:
-        yield Door(db_dsn, *(dsn_as(db_dsn, names[w]) for w in ("writer", "other", "reader")))
-    finally:
-        with psycopg.connect(db_dsn, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                    (name,),
-                )
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+def door(db_dsn: str, login_role: Any) -> Door:
+    return Door(
+        db_dsn,
+        login_role("cwstore_writer", "acme"),
+        login_role("cwstore_writer", "globex"),
+        login_role("cwstore_reader", "globex"),
+    )
 
 
 @pytest.fixture
