@@ -80,34 +80,40 @@ COMMENT ON FUNCTION cwstore.js_number(text) IS
 -- 00-23, minute and second 00-59 (no leap second), offset up to +-23:59. The same rule
 -- as cwstore.rules (Python).
 CREATE FUNCTION cwstore._created_at_ok(p text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT CASE
-    WHEN p !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$'
-      THEN false
-    WHEN substr(p, 12, 2)::integer > 23 OR substr(p, 15, 2)::integer > 59
-      OR substr(p, 18, 2)::integer > 59
-      OR (right(p, 1) NOT IN ('Z', 'z')
-          AND (substr(p, length(p) - 4, 2)::integer > 23 OR right(p, 2)::integer > 59))
-      OR left(p, 4)::integer = 0 OR substr(p, 6, 2)::integer NOT BETWEEN 1 AND 12
-      OR substr(p, 9, 2)::integer = 0
-      THEN false
-    ELSE substr(p, 9, 2)::integer <= CASE substr(p, 6, 2)::integer
-           WHEN 2 THEN
-             CASE WHEN (left(p, 4)::integer % 4 = 0 AND left(p, 4)::integer % 100 <> 0)
-                       OR left(p, 4)::integer % 400 = 0 THEN 29 ELSE 28 END
-           WHEN 4 THEN 30 WHEN 6 THEN 30 WHEN 9 THEN 30 WHEN 11 THEN 30 ELSE 31 END
-  END
-$$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_y integer;
+  v_m integer;
+  v_d integer;
+  v_zoned boolean;
+BEGIN
+  IF p !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$' THEN
+    RETURN false;
+  END IF;
+  v_y := left(p, 4)::integer;
+  v_m := substr(p, 6, 2)::integer;
+  v_d := substr(p, 9, 2)::integer;
+  v_zoned := right(p, 1) NOT IN ('Z', 'z');
+  RETURN v_y >= 1 AND v_m BETWEEN 1 AND 12 AND v_d >= 1
+     AND v_d <= CASE WHEN v_m = 2 THEN
+                       CASE WHEN (v_y % 4 = 0 AND v_y % 100 <> 0) OR v_y % 400 = 0 THEN 29 ELSE 28 END
+                     WHEN v_m IN (4, 6, 9, 11) THEN 30 ELSE 31 END
+     AND substr(p, 12, 2)::integer <= 23 AND substr(p, 15, 2)::integer <= 59
+     AND substr(p, 18, 2)::integer <= 59
+     AND (NOT v_zoned OR (substr(p, length(p) - 4, 2)::integer <= 23
+                          AND right(p, 2)::integer <= 59));
+END $$;
 
 -- _lone_surrogate(json text): whether a string in it escapes half of a surrogate pair
 -- (\ud800 alone): not Unicode, so no text can hold it. PostgreSQL's json input takes
 -- it and fails later, wherever the string is first read as text.
 CREATE FUNCTION cwstore._lone_surrogate(p_text text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT strpos(p_text, '\u') > 0
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+  RETURN strpos(p_text, '\u') > 0
      AND (replace(p_text, '\\', '') ~ '\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])'
-          OR replace(p_text, '\\', '') ~ '(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]')
-$$;
+          OR replace(p_text, '\\', '') ~ '(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]');
+END $$;
 
 -- _payload_problem(payload text) -> 'code|path|message', or NULL when the payload is
 -- JSON the runtime can write and cwstore can keep exactly. The text must already be
@@ -242,12 +248,13 @@ END $$;
 -- (member order aside), unless either holds U+0000, which jsonb cannot hold.
 CREATE FUNCTION cwstore._same_content(a_kind text, a_parents text[], a_payload text, a_key text,
                                       b_kind text, b_parents text[], b_payload text, b_key text)
-RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT a_kind = b_kind AND a_parents = b_parents AND a_key IS NOT DISTINCT FROM b_key
+RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN a_kind = b_kind AND a_parents = b_parents AND a_key IS NOT DISTINCT FROM b_key
      AND (a_payload = b_payload
           OR (strpos(a_payload, '\u0000') = 0 AND strpos(b_payload, '\u0000') = 0
-              AND cwstore.payload_jsonb(a_payload) = cwstore.payload_jsonb(b_payload)))
-$$;
+              AND cwstore.payload_jsonb(a_payload) = cwstore.payload_jsonb(b_payload)));
+END $$;
 
 -- _may_use(tenant): whether the login role may read and write the graphs of a tenant.
 CREATE FUNCTION cwstore._may_use(p_tenant text) RETURNS boolean
@@ -442,6 +449,7 @@ DECLARE
   v_graph_id bigint;
   v_len bigint;
   v_new bigint;
+  v_bad bigint;
   v_last bigint;
   v_problem text;
   v_bad_id text;
@@ -544,7 +552,8 @@ BEGIN
             CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
                                                 ELSE '{}' END)
                  AS r(id json, kind json, parents json, payload json, "createdAt" json,
-                      "resourceKey" json)) c) f;
+                      "resourceKey" json)) c
+          OFFSET 0) f;  -- a fence: each node's problem is computed once
   IF v_new IS NOT NULL THEN
     PERFORM cwstore._node_violation(v_problem, NULL, v_new, v_bad_id, v_new - 1);
   END IF;
@@ -553,7 +562,8 @@ BEGIN
   END IF;
 
   -- One id, one content: a node given again later in the batch must be the same node.
-  SELECT b.o, b.id INTO v_new, v_bad_id
+  IF cardinality(v_ids) > 1 THEN
+  SELECT b.o, b.id INTO v_bad, v_bad_id
     FROM unnest(v_ids) WITH ORDINALITY AS b(id, o)
     JOIN unnest(v_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
    WHERE NOT cwstore._same_content(
@@ -563,8 +573,9 @@ BEGIN
            v_payloads[b.o], v_keys[b.o])
    ORDER BY b.o LIMIT 1;
   IF FOUND THEN
-    PERFORM cwstore._violation('duplicate_id', NULL, v_new, v_bad_id, format('$[%s].id', v_new - 1),
+    PERFORM cwstore._violation('duplicate_id', NULL, v_bad, v_bad_id, format('$[%s].id', v_bad - 1),
       format('id %s is used by an earlier node of the batch with other content', v_bad_id));
+  END IF;
   END IF;
 
   -- The tenant check comes before the lock: a refused caller must not hold another
@@ -581,21 +592,6 @@ BEGIN
     PERFORM cwstore.ensure_graph_v1(p_graph);
     SELECT g.graph_id, g.length INTO v_graph_id, v_len
       FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
-  END IF;
-
-  -- A node the graph holds must be the same node: a retry, not other content under its id.
-  SELECT u.o, u.id, n.seq INTO v_new, v_bad_id, v_last
-    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id
-   WHERE NOT cwstore._same_content(
-           n.kind, n.parents, n.payload_text, n.resource_key,
-           v_kinds[u.o], ARRAY(SELECT json_array_elements_text(v_parents[u.o]::json)),
-           v_payloads[u.o], v_keys[u.o])
-   ORDER BY u.o LIMIT 1;
-  IF FOUND THEN
-    PERFORM cwstore._violation('duplicate_id', v_graph_id, v_new, v_bad_id,
-      format('$[%s].id', v_new - 1),
-      format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
   END IF;
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
@@ -619,6 +615,24 @@ BEGIN
    WHERE x.held IS NULL
    ORDER BY b.o;
   GET DIAGNOSTICS v_new = ROW_COUNT;
+
+  -- A node the graph held must be the same node: a retry, not other content under its
+  -- id. Only when the insert skipped some (raising undoes the insert).
+  IF v_new < cardinality(v_ids) THEN
+  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_last
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id AND n.seq <= v_len
+   WHERE NOT cwstore._same_content(
+           n.kind, n.parents, n.payload_text, n.resource_key,
+           v_kinds[u.o], ARRAY(SELECT json_array_elements_text(v_parents[u.o]::json)),
+           v_payloads[u.o], v_keys[u.o])
+   ORDER BY u.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', v_graph_id, v_bad, v_bad_id,
+      format('$[%s].id', v_bad - 1),
+      format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
+  END IF;
+  END IF;
 
   -- Checked after the insert so the batch is read once; raising undoes the insert.
   IF v_new > 0 AND p_expected_length IS NOT NULL AND p_expected_length <> v_len THEN
