@@ -1,5 +1,5 @@
 -- Runtime queries of the Python clients, one per "-- name:" marker. Placeholders are
--- $1, $2, ... for every driver. Writes go through the SQL functions of the migrations.
+-- $1, $2, ... for every driver. Writes go through the SQL functions of schema/.
 
 -- name: graph_get
 -- A graph's id, length and vocabulary (NULL = dynamic).
@@ -36,7 +36,7 @@ ANALYZE cwstore.nodes, cwstore.edges, cwstore.frontier_spans, cwstore.key_versio
 SELECT n.id
   FROM cwstore.frontier_spans s
   JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
- WHERE s.graph_id = $1 AND s.to_seq = 9223372036854775807
+ WHERE s.graph_id = $1 AND s.to_seq = cwstore.infinity_seq()
  ORDER BY s.from_seq, s.ord
 
 -- name: first_mismatch
@@ -66,7 +66,7 @@ SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents, n.payload_text
 -- name: projection_at
 -- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as
 -- JSON text: one statement, one snapshot, one round trip.
-SELECT cwstore.projection_v2($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
+SELECT cwstore.projection_v1($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
                                       ELSE cwstore.seq_at_time($1, $3::timestamptz) END)
 
 -- name: key_history

@@ -1,31 +1,45 @@
--- 0002_write_functions: the write API as SQL functions, so every client (asyncpg,
--- psycopg, psql, the TypeScript runtime through pg) meets the same rules and errors.
+-- 60_write_api: the write API, as SQL functions, so every client (asyncpg, psycopg,
+-- psql, the TypeScript runtime through pg) meets the same rules and errors.
 --
--- Why: the append path locks the graph's counter row, numbers the batch from its
--- length and inserts in one statement; the nodes trigger (0001) checks and
--- materializes. One round trip, no session state (works behind a transaction-mode
--- pooler). Functions are versioned (_v1) so a new signature can live beside the old.
+-- The append path locks the graph's counter row, numbers the batch from its length and
+-- inserts in one statement; the nodes triggers (40_derive.sql) check and materialize.
+-- One round trip, no session state (works behind a transaction-mode pooler). Every
+-- function runs as its owner (SECURITY DEFINER, a fixed search_path), so a writer role
+-- needs no privilege on any table, and checks that the login role may write the graph's
+-- tenant (cwstore._check_writer, 50_tenancy.sql) before it locks or writes anything.
+-- Functions are versioned (_v1) so a new signature can live beside the old; each takes
+-- the graph (its name, or its graph_id within an import) first.
 --
--- Safe with live writers: yes (new functions only).
+-- SQLSTATEs raised: CW400 validation, CW404 unknown graph, CW409 expected length is
+-- stale, CW410 chain conflict on a resource key, CW412 import into a non-empty graph,
+-- 42501 a graph of a tenant the login role is not in.
 
 -- ensure_graph_v1(graph, vocabulary) -> graph_id
 --   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock.
 CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_id bigint;
+  v_tenant text;
 BEGIN
   IF p_graph IS NULL OR p_graph = '' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
                                'a graph name must be a non-empty string');
   END IF;
-  SELECT graph_id INTO v_id FROM cwstore.graphs WHERE name = p_graph;
+  SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
   IF NOT FOUND THEN
-    INSERT INTO cwstore.graphs (name, vocabulary) VALUES (p_graph, p_vocabulary)
+    v_tenant := cwstore._new_graph_tenant();
+    IF session_user <> current_user THEN
+      PERFORM cwstore._check_writer(p_graph, v_tenant);
+    END IF;
+    INSERT INTO cwstore.graphs (name, vocabulary, tenant) VALUES (p_graph, p_vocabulary, v_tenant)
     ON CONFLICT (name) DO NOTHING RETURNING graph_id INTO v_id;
     IF v_id IS NULL THEN
-      SELECT graph_id INTO v_id FROM cwstore.graphs WHERE name = p_graph;
+      SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
     END IF;
+  END IF;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
   END IF;
   RETURN v_id;
 END $$;
@@ -36,7 +50,7 @@ COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
 --   Locks the graph row for the rest of the transaction. Raises CW412 when the graph
 --   already holds nodes. Sets the vocabulary.
 CREATE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_id bigint;
   v_len bigint;
@@ -55,14 +69,64 @@ END $$;
 COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
   'Start importing into an empty graph: create or lock it; CW412 if it holds nodes. COPY rows into cwstore.nodes next, then declare_frontier_v1.';
 
+-- import_rows_v1(graph_id, seqs, ids, kinds, parents, payloads, created, keys)
+--   The import path of roles that may not COPY into cwstore.nodes (cwstore_writer):
+--   one slice of an import as parallel arrays (parents as array literals, e.g.
+--   '{cw_…,cw_…}'), inserted in one statement, so the nodes trigger checks and
+--   materializes it like a COPY. Call it after begin_import_v1, in the same transaction,
+--   once per slice, then declare_frontier_v1. Returns the rows inserted.
+CREATE FUNCTION cwstore.import_rows_v1(p_graph_id bigint, p_seqs bigint[], p_ids text[],
+                                       p_kinds text[], p_parents text[], p_payloads text[],
+                                       p_created text[], p_keys text[])
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_name text;
+  v_tenant text;
+  v_len bigint;
+  v_xid bigint;
+  v_n bigint;
+BEGIN
+  SELECT name, tenant INTO v_name, v_tenant FROM cwstore.graphs WHERE graph_id = p_graph_id;
+  IF FOUND AND session_user <> current_user THEN
+    PERFORM cwstore._check_writer(v_name, v_tenant);
+  END IF;
+  -- The counter row, as append_v1 takes it (already held after begin_import_v1).
+  SELECT length INTO v_len FROM cwstore.graphs WHERE graph_id = p_graph_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', p_graph_id),
+      DETAIL = jsonb_build_object('graph_id', p_graph_id)::text;
+  END IF;
+  -- As in append_v1: within a graph the feed's xid never goes back.
+  v_xid := greatest(pg_current_xact_id()::text::bigint,
+                    (SELECT n.xid FROM cwstore.nodes n
+                      WHERE n.graph_id = p_graph_id AND n.seq = v_len));
+  INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text, created_at_text,
+                             resource_key, xid)
+  SELECT p_graph_id, r.seq, r.id, r.kind, r.parents::text[], r.payload, r.created, r.key, v_xid
+    FROM unnest(p_seqs, p_ids, p_kinds, p_parents, p_payloads, p_created, p_keys)
+         AS r(seq, id, kind, parents, payload, created, key);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END $$;
+COMMENT ON FUNCTION cwstore.import_rows_v1(bigint, bigint[], text[], text[], text[], text[], text[], text[]) IS
+  'Import one slice of nodes as parallel arrays after begin_import_v1 (the import path of roles without INSERT on cwstore.nodes). Returns how many rows it inserted.';
+
 -- declare_frontier_v1(graph_id, heads) : the frontier after the graph's last node, as
 -- given and in its order. CW400 frontier_reference for unknown or repeated ids.
 CREATE FUNCTION cwstore.declare_frontier_v1(p_graph_id bigint, p_heads text[])
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(g.name, g.tenant) FROM cwstore.graphs g
+      WHERE g.graph_id = p_graph_id;
+  END IF;
   INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
   SELECT p_graph_id, g.length, coalesce(p_heads, '{}') FROM cwstore.graphs g
    WHERE g.graph_id = p_graph_id;
-$$;
+END $$;
+COMMENT ON FUNCTION cwstore.declare_frontier_v1(bigint, text[]) IS
+  'Declare the frontier after the graph''s last node (graph by graph_id), as given and in its order: after an import, or to set it by hand. CW400 frontier_reference for unknown or repeated ids.';
 
 -- append_v1(graph, nodes, expected_length, frontier)
 --   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
@@ -76,12 +140,16 @@ $$;
 --   the frontier is declared only when expected_length is NULL or current.
 --   Locks: the graph row (FOR UPDATE) until commit; nothing else.
 --   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
+-- Its statements take arrays and ids as parameters; custom plans would be re-made on
+-- every call, and the generic ones are right for every batch size that takes this path.
 CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
                                   p_expected_length bigint DEFAULT NULL,
                                   p_frontier json DEFAULT NULL)
 RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
                payload_text text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_graph_id bigint;
   v_len bigint;
@@ -156,9 +224,7 @@ BEGIN
                                             || coalesce(r."resourceKey"::text, '')
                                             || r.parents::text, '\\u0000') > 0
                      THEN 'unrepresentable|U+0000 outside a payload cannot be stored'
-                   WHEN (r.kind #>> '{}') NOT IN ('system', 'goal', 'inference', 'answer',
-                          'tool_call', 'tool_result', 'resource', 'semantic', 'protocol_error',
-                          'verification')
+                   WHEN NOT ((r.kind #>> '{}') = ANY (cwstore.node_kinds()))
                      THEN 'kind|kind is not one of the ten'
                    WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
                      THEN 'identity|id must be cw_ and 24 lowercase hex digits'
@@ -179,6 +245,13 @@ BEGIN
   END IF;
   IF v_ids IS NULL THEN
     v_ids := '{}';
+  END IF;
+
+  -- The tenant check comes before the lock: a refused caller must not hold another
+  -- tenant's counter row while it sits in its aborted transaction.
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, (SELECT g.tenant FROM cwstore.graphs g
+                                             WHERE g.name = p_graph));
   END IF;
 
   -- The counter row: lock it (create the graph on first use). Held until commit.
@@ -230,7 +303,7 @@ BEGIN
            SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
              FROM cwstore.frontier_spans s
              JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
-            WHERE s.graph_id = v_graph_id AND s.to_seq = 9223372036854775807))) THEN
+            WHERE s.graph_id = v_graph_id AND s.to_seq = cwstore.infinity_seq()))) THEN
     INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
     VALUES (v_graph_id, v_len + v_new, v_heads);
   END IF;
@@ -243,10 +316,6 @@ BEGIN
                    WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
    ORDER BY u.o;
 END $$;
--- Its statements take arrays and ids as parameters; custom plans would be re-made on
--- every call, and the generic ones are right for every batch size that takes this path.
-ALTER FUNCTION cwstore.append_v1(text, json, bigint, json)
-  SET plan_cache_mode = force_generic_plan;
 
 COMMENT ON FUNCTION cwstore.append_v1(text, json, bigint, json) IS
   'Append a batch of runtime nodes to a graph (created on first use), optionally declaring the frontier after it. Idempotent by id. Returns each node''s sequence, whether this call wrote it, and for nodes it did not write the stored createdAt and payload.';
