@@ -172,3 +172,19 @@ def test_schema_loader_refusals(tmp_path: Path) -> None:
     (folder / "3_bad.sql").write_text("SELECT 4;")
     with pytest.raises(MigrationError):
         _sql.schema(tmp_path)
+
+
+def test_docs_name_the_file_of_every_public_function() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text(encoding="utf-8")
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| \[`(\d\d_\w+\.sql)`\]\([^)]*\) \| (.*) \|$", docs, re.M)
+    }
+    assert sorted(rows) == sorted(SCHEMA)
+    missing = [
+        f"{name} ({file})"
+        for file, text in SCHEMA.items()
+        for name in re.findall(r"^CREATE FUNCTION cwstore\.([a-z]\w*)\(", text, re.M)
+        if f"`{name}" not in rows[file]
+    ]
+    assert missing == [], "docs/sql.md's table of files does not list these functions"
