@@ -18,24 +18,27 @@ import psycopg
 
 SCHEMA: Final = "cwstore"
 
-# Every query takes the schema name as $1 and returns rows whose first column is the
-# object's name; the whole row becomes one line.
+# Every query takes the schema name and returns rows whose first column is the object's
+# name; the whole row becomes one line, "section name: column=value, ...", the function's
+# body last (it spans lines).
 _SECTIONS: Final[dict[str, str]] = {
     "schema": """
-        SELECT n.nspname, n.nspacl::text, obj_description(n.oid, 'pg_namespace')
+        SELECT n.nspname, n.nspacl::text AS acl, obj_description(n.oid, 'pg_namespace') AS comment
           FROM pg_namespace n WHERE n.nspname = %(s)s""",
     "relation": """
-        SELECT c.relname, c.relkind, c.relpersistence, c.reloptions::text,
-               c.relrowsecurity, c.relforcerowsecurity, c.relacl::text,
-               obj_description(c.oid, 'pg_class')
+        SELECT c.relname, c.relkind AS kind, c.relpersistence AS persistence,
+               c.reloptions::text AS options, c.relrowsecurity AS rls,
+               c.relforcerowsecurity AS force_rls, c.relacl::text AS acl,
+               obj_description(c.oid, 'pg_class') AS comment
           FROM pg_class c
          WHERE c.relnamespace = %(s)s::regnamespace AND c.relkind <> 'i'""",
     "column": """
         SELECT c.relname || '.' || a.attname,
-               rank() OVER (PARTITION BY c.oid ORDER BY a.attnum),
-               format_type(a.atttypid, a.atttypmod), a.attnotnull,
-               pg_get_expr(d.adbin, d.adrelid), a.attgenerated, a.attidentity,
-               co.collname, a.attacl::text, col_description(c.oid, a.attnum)
+               rank() OVER (PARTITION BY c.oid ORDER BY a.attnum) AS position,
+               format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,
+               pg_get_expr(d.adbin, d.adrelid) AS default, a.attgenerated AS generated,
+               a.attidentity AS identity, co.collname AS collation, a.attacl::text AS acl,
+               col_description(c.oid, a.attnum) AS comment
           FROM pg_attribute a
           JOIN pg_class c ON c.oid = a.attrelid
           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -44,54 +47,61 @@ _SECTIONS: Final[dict[str, str]] = {
          WHERE c.relnamespace = %(s)s::regnamespace AND a.attnum > 0
            AND NOT a.attisdropped AND c.relkind IN ('r', 'v', 'm', 'p', 'f')""",
     "constraint": """
-        SELECT c.conrelid::regclass::text || '.' || c.conname, c.contype,
-               pg_get_constraintdef(c.oid), c.condeferrable, c.condeferred,
-               obj_description(c.oid, 'pg_constraint')
+        SELECT c.conrelid::regclass::text || '.' || c.conname, c.contype AS type,
+               pg_get_constraintdef(c.oid) AS def, c.condeferrable AS deferrable,
+               c.condeferred AS deferred, obj_description(c.oid, 'pg_constraint') AS comment
           FROM pg_constraint c WHERE c.connamespace = %(s)s::regnamespace""",
     "index": """
-        SELECT c.relname, pg_get_indexdef(c.oid), c.reloptions::text,
-               obj_description(c.oid, 'pg_class')
+        SELECT c.relname, pg_get_indexdef(c.oid) AS def, c.reloptions::text AS options,
+               obj_description(c.oid, 'pg_class') AS comment
           FROM pg_class c
          WHERE c.relnamespace = %(s)s::regnamespace AND c.relkind = 'i'""",
     "sequence": """
-        SELECT c.relname, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
-               s.seqmax, s.seqmin, s.seqcache, s.seqcycle
+        SELECT c.relname, format_type(s.seqtypid, NULL) AS type, s.seqstart AS start,
+               s.seqincrement AS increment, s.seqmax AS max, s.seqmin AS min,
+               s.seqcache AS cache, s.seqcycle AS cycle
           FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
          WHERE c.relnamespace = %(s)s::regnamespace""",
     "trigger": """
-        SELECT t.tgrelid::regclass::text || '.' || t.tgname, pg_get_triggerdef(t.oid),
-               t.tgenabled, obj_description(t.oid, 'pg_trigger')
+        SELECT t.tgrelid::regclass::text || '.' || t.tgname, pg_get_triggerdef(t.oid) AS def,
+               t.tgenabled AS enabled, obj_description(t.oid, 'pg_trigger') AS comment
           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
          WHERE c.relnamespace = %(s)s::regnamespace AND NOT t.tgisinternal""",
     "policy": """
-        SELECT p.tablename || '.' || p.policyname, p.permissive, p.roles::text, p.cmd,
-               p.qual, p.with_check
+        SELECT p.tablename || '.' || p.policyname, p.permissive, p.roles::text AS roles,
+               p.cmd, p.qual AS using, p.with_check
           FROM pg_policies p WHERE p.schemaname = %(s)s""",
     "view": """
-        SELECT c.relname, pg_get_viewdef(c.oid)
+        SELECT c.relname, pg_get_viewdef(c.oid) AS def
           FROM pg_class c
          WHERE c.relnamespace = %(s)s::regnamespace AND c.relkind IN ('v', 'm')""",
     "function": """
-        SELECT p.oid::regprocedure::text, p.prokind, l.lanname,
-               pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-               p.provolatile, p.proisstrict, p.prosecdef, p.proleakproof, p.proparallel,
-               p.procost, p.prorows, p.proretset,
-               (SELECT array_agg(x ORDER BY x) FROM unnest(p.proconfig) x)::text,
-               p.proacl::text, obj_description(p.oid, 'pg_proc'),
-               coalesce(pg_get_function_sqlbody(p.oid), p.prosrc)
+        SELECT p.oid::regprocedure::text, p.prokind AS kind, l.lanname AS language,
+               pg_get_function_arguments(p.oid) AS args,
+               pg_get_function_result(p.oid) AS returns, p.provolatile AS volatility,
+               p.proisstrict AS strict, p.prosecdef AS security_definer,
+               p.proleakproof AS leakproof, p.proparallel AS parallel, p.procost AS cost,
+               p.prorows AS rows,
+               (SELECT array_agg(x ORDER BY x) FROM unnest(p.proconfig) x)::text AS settings,
+               p.proacl::text AS acl, obj_description(p.oid, 'pg_proc') AS comment,
+               coalesce(pg_get_function_sqlbody(p.oid), p.prosrc) AS body
           FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
          WHERE p.pronamespace = %(s)s::regnamespace""",
     "type": """
-        SELECT t.typname, t.typtype, format_type(t.typbasetype, t.typtypmod),
-               t.typnotnull, t.typdefault, obj_description(t.oid, 'pg_type')
+        SELECT t.typname, t.typtype AS kind, format_type(t.typbasetype, t.typtypmod) AS base,
+               t.typnotnull AS not_null, t.typdefault AS default,
+               obj_description(t.oid, 'pg_type') AS comment
           FROM pg_type t
          WHERE t.typnamespace = %(s)s::regnamespace AND t.typtype IN ('d', 'e', 'r', 'm')""",
 }
 
 
-def _line(section: str, row: tuple[Any, ...]) -> str:
+def _line(section: str, columns: list[str], row: tuple[Any, ...]) -> str:
     name, *rest = row
-    return f"{section} {name}: " + " | ".join("NULL" if v is None else str(v) for v in rest)
+    fields = ", ".join(
+        f"{c}={'NULL' if v is None else v}" for c, v in zip(columns, rest, strict=True)
+    )
+    return f"{section} {name}: {fields}"
 
 
 def snapshot(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> list[str]:
@@ -102,8 +112,9 @@ def snapshot(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> list[str]:
     """
     lines: list[str] = []
     for section, query in _SECTIONS.items():
-        rows = conn.execute(query, {"s": schema}).fetchall()
-        lines.extend(sorted(_line(section, tuple(r)) for r in rows))
+        cur = conn.execute(query, {"s": schema})
+        columns = [d.name for d in cur.description or []][1:]
+        lines.extend(sorted(_line(section, columns, tuple(r)) for r in cur.fetchall()))
     return lines
 
 
