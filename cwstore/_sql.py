@@ -1,39 +1,61 @@
-"""Find and read cwstore's SQL files: the numbered migrations and the named queries.
+"""Find and read cwstore's SQL files: the schema, the migrations and the named queries.
 
-The SQL lives at the repository's top level (``sql/``) so that reviewers and psql users
-find it; the wheel carries the same directory inside the package as ``cwstore/sql``
-(see ``[tool.hatch.build.targets.wheel.force-include]`` in ``pyproject.toml``). Reading
-goes through :mod:`importlib.resources`, so it works from a wheel, a zip or a checkout.
+The SQL lives inside the package, in ``cwstore/sql/``, and is read through
+:mod:`importlib.resources`, so it works from a wheel, a zip or a checkout alike.
 
-Two kinds of file:
+``schema/NN_what.sql``
+    The current schema, every object defined once, literally, in install order (the
+    files' names sort in that order). This is what a reader opens to see the SQL as it
+    runs; :func:`schema` returns the files in order.
 
-``sql/migrations/NNNN_short_description.sql``
-    Four digits, counted from 0001 with no gaps, words in lower case joined by
-    underscores. :func:`migrations` returns them in order and refuses a gap, a
-    duplicate number or a badly named ``.sql`` file (two branches adding the same
-    number look like that).
+``migrations/NNNN_short_description.sql``
+    Deltas from one release's schema to the next: four digits, counted from 0001 with
+    no gaps, words in lower case joined by underscores. ``0001_baseline.sql`` is a
+    frozen copy of the schema as first released. :func:`migrations` returns them in
+    order and refuses a gap, a duplicate number or a badly named ``.sql`` file (two
+    branches adding the same number look like that). A test builds one database from
+    ``schema/`` and one from the migrations and compares their catalogs.
 
-``sql/queries.sql``
+``migrations/RELEASED``
+    The migrations that have shipped, one ``<sha256>  <file name>`` line each (the
+    format of ``sha256sum``): a released migration never changes, and a unit test holds
+    each file to its recorded digest. :func:`released` reads it.
+
+``queries.sql``
     Runtime queries, each under a marker line ``-- name: query_name``; a one-line
     ``--`` description may follow the marker. :func:`queries` returns
     ``{name: text}``.
+
+``roles.sql``
+    The roles script of ``cwstore init --roles`` (:func:`script`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
-from pathlib import Path
 from typing import LiteralString
 
 from cwstore.errors import Error, MigrationError
 
-__all__ = ["Migration", "migrations", "queries", "script", "sql_dir"]
+__all__ = [
+    "Migration",
+    "SchemaFile",
+    "migrations",
+    "queries",
+    "released",
+    "schema",
+    "script",
+    "sql_dir",
+]
 
+_SCHEMA_FILE = re.compile(r"^\d{2}_[a-z0-9]+(?:_[a-z0-9]+)*\.sql$")
 _MIGRATION_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
+_RELEASED_LINE = re.compile(r"^(?P<sha256>[0-9a-f]{64})  (?P<name>\S+)$")
 _QUERY_MARKER = re.compile(r"^--\s*name:\s*(?P<name>\S+)\s*$")
 _QUERY_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -42,8 +64,8 @@ _QUERY_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 class Migration:
     """One migration file.
 
-    ``version`` is its number, ``name`` the words after it (``0001_schema.sql`` gives
-    ``1`` and ``"schema"``), ``sql`` the whole file and ``sha256`` the hex digest of
+    ``version`` is its number, ``name`` the words after it (``0001_baseline.sql`` gives
+    ``1`` and ``"baseline"``), ``sql`` the whole file and ``sha256`` the hex digest of
     its bytes, recorded in ``cwstore.schema_migrations`` when it is applied.
     """
 
@@ -54,7 +76,7 @@ class Migration:
 
     @property
     def filename(self) -> str:
-        """The file's name, e.g. ``0001_schema.sql``."""
+        """The file's name, e.g. ``0001_baseline.sql``."""
         return f"{self.version:04d}_{self.name}.sql"
 
     @classmethod
@@ -63,17 +85,91 @@ class Migration:
         return cls(version, name, sql, hashlib.sha256(sql.encode("utf-8")).hexdigest())
 
 
-def sql_dir() -> Traversable:
-    """Return the directory holding ``migrations/`` and ``queries.sql``.
+@dataclass(frozen=True, slots=True)
+class SchemaFile:
+    """One file of ``schema/``: its name (e.g. ``20_tables.sql``) and its text."""
 
-    From an installed wheel that is ``cwstore/sql`` inside the package; from a checkout
-    (an editable install, or tests run from the repository) it is the top-level
-    ``sql/`` beside the ``cwstore`` package.
+    name: str
+    sql: str
+
+
+def sql_dir() -> Traversable:
+    """Return the directory holding ``schema/``, ``migrations/`` and ``queries.sql``:
+    ``cwstore/sql`` inside the package, installed or not."""
+    return resources.files("cwstore") / "sql"
+
+
+def schema(directory: Traversable | None = None) -> list[SchemaFile]:
+    """Read the schema files, in install order (by name).
+
+    Parameters
+    ----------
+    directory:
+        The SQL directory to read (``<directory>/schema/*.sql``); defaults to
+        :func:`sql_dir`. A missing ``schema`` folder means no files.
+
+    Returns
+    -------
+    list[SchemaFile]
+        Sorted by name.
+
+    Raises
+    ------
+    MigrationError
+        A ``.sql`` file there is not named ``NN_what.sql`` (two digits, lower-case words
+        joined by underscores), or two files share a number.
     """
-    packaged = resources.files("cwstore") / "sql"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "sql"
+    folder = (directory if directory is not None else sql_dir()) / "schema"
+    if not folder.is_dir():
+        return []
+    found: list[SchemaFile] = []
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".sql") or not entry.is_file():
+            continue
+        if _SCHEMA_FILE.match(entry.name) is None:
+            raise MigrationError(
+                f"schema file {entry.name!r} is not named NN_what.sql "
+                "(two digits, lower-case words joined by underscores)"
+            )
+        found.append(SchemaFile(entry.name, entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda f: f.name)
+    for before, after in itertools.pairwise(found):
+        if before.name[:2] == after.name[:2]:
+            raise MigrationError(
+                f"two schema files share number {before.name[:2]}: "
+                f"{before.name!r} and {after.name!r}"
+            )
+    return found
+
+
+def released(directory: Traversable | None = None) -> dict[str, str]:
+    """Read ``migrations/RELEASED``: ``{file name: sha256}`` of every released migration.
+
+    Lines are ``<sha256>  <file name>`` (as ``sha256sum`` writes them); blank lines and
+    ``#`` comments are skipped. A missing file means nothing was released.
+
+    Raises
+    ------
+    MigrationError
+        A line is not a 64-digit lower-case hex digest, two spaces and a file name, or a
+        file is listed twice.
+    """
+    path = (directory if directory is not None else sql_dir()) / "migrations" / "RELEASED"
+    if not path.is_file():
+        return {}
+    result: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _RELEASED_LINE.match(line)
+        if match is None:
+            raise MigrationError(
+                f"migrations/RELEASED line {number}: expected '<sha256>  <file name>', got {line!r}"
+            )
+        if match["name"] in result:
+            raise MigrationError(f"migrations/RELEASED lists {match['name']!r} twice")
+        result[match["name"]] = match["sha256"]
+    return result
 
 
 def migrations(directory: Traversable | None = None) -> list[Migration]:
@@ -193,13 +289,13 @@ def queries(directory: Traversable | None = None) -> dict[str, LiteralString]:
 
 
 def script(name: str) -> LiteralString:
-    """The text of a SQL script beside the migrations (e.g. ``roles.sql``).
+    """The text of a SQL script in :func:`sql_dir` (e.g. ``roles.sql``).
 
     Raises :class:`~cwstore.errors.Error` when the file is missing.
     """
     path = sql_dir() / name
     if not path.is_file():
         raise Error(f"SQL script {name!r} is missing from {sql_dir()}")
-    # Shipped inside the package, like the migrations: as trusted as a literal (mypy
+    # Shipped inside the package, like the schema: as trusted as a literal (mypy
     # treats LiteralString as str).
     return path.read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
 """Projection: the state a reader works from, now or as of any point (SPEC section 8).
 
-The database computes it in one call (``cwstore.projection_v2``) from its materialized
+The database computes it in one call (``cwstore.projection_v1``) from its materialized
 tables: frontier spans, key versions and running counts, all index lookups, so the
 cost does not grow with the graph's length. This module only turns that answer into
 typed values; payloads travel as their exact JSON text and are parsed here.
@@ -88,7 +88,7 @@ class Projection:
 
     @classmethod
     def from_text(cls, graph: str, text: str) -> Projection:
-        """Build from ``projection_v2``'s JSON text (payloads embedded verbatim)."""
+        """Build from ``projection_v1``'s JSON text (payloads embedded verbatim)."""
         d: dict[str, Any] = loads_stored(text)
         memory = []
         for m in d["semantic"]:

@@ -1,13 +1,13 @@
 """Roles and tenants: who may read and write which graphs.
 
 Two group roles, made by :func:`install_roles_sync` (``cwstore init --roles``) from
-``sql/roles.sql``: ``cwstore_reader`` reads (tables and views under row-level security,
+``cwstore/sql/roles.sql``: ``cwstore_reader`` reads (tables and views under row-level security,
 the read functions) and ``cwstore_writer`` also writes, through the SECURITY DEFINER
 write functions only. A graph belongs to a tenant (``graphs.tenant``); a role sees and
 writes the graphs of the tenants it belongs to, listed in ``cwstore.tenant_members`` for
 it or a role it is a member of (:func:`add_tenant_member_sync`). Superusers, BYPASSRLS
 roles and members of the schema's owner see everything. The rules themselves live in
-``sql/migrations/0004_tenancy.sql``; this module only runs them.
+``cwstore/sql/schema/50_tenancy.sql``; this module only runs them.
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ READ_API = {
     "path(text,text,text)",
     "key_history(text,text)",
     "projection_v1(text,bigint)",
-    "projection_v2(text,bigint)",
     "listen_v1()",
     "unlisten_v1()",
     "export_v1(text,bigint,timestampwithtimezone)",

@@ -1,5 +1,7 @@
 """The migration runner on a real server: empty to head, again as a no-op, two runners
-racing, an edited migration refused, a failing one rolled back; psycopg and asyncpg.
+racing, an edited migration refused, a failing one rolled back, the fresh install from
+schema/, the lock (not taken when nothing is pending, not one a role without privileges
+can hold), and a database of the pre-release chain refused; psycopg and asyncpg.
 
 Each test gets a fresh empty database (``empty_db_dsn``), not the migrated template.
 """
@@ -9,15 +11,31 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import uuid
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 import psycopg
 import pytest
+from psycopg import sql
 
 from cwstore._sql import Migration, migrations
 from cwstore.errors import MigrationError
-from cwstore.migrate import apply_migrations, apply_migrations_sync, status, status_sync
+from cwstore.migrate import (
+    _BOOTSTRAP,
+    apply_migrations,
+    apply_migrations_sync,
+    status,
+    status_sync,
+)
+
+
+def dsn_as(dsn: str, user: str) -> str:
+    """``dsn`` (a URL) logging in as ``user`` instead, without a password."""
+    parts = urlsplit(dsn)
+    hostport = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}@{hostport}"))
 
 
 def _recorded(dsn: str) -> list[tuple[Any, ...]]:
@@ -218,3 +236,179 @@ def test_sync_and_async_runners_race(
     results.append(asyncio.run(async_runner()))
     thread.join(timeout=30)
     assert sorted(v for r in results for v in r) == [1, 2, 3]
+
+
+# --- the fresh install, the lock, and databases of the pre-release chain ----------------
+
+# The advisory lock key runners took before they locked cwstore.schema_migrations
+# instead: any login role could take it and hold every migrating client up.
+_OLD_ADVISORY_KEY = 0x63_77_73_74_6F_72_65
+
+
+def _later(version: int) -> Migration:
+    return Migration.from_text(
+        version,
+        "later",
+        "-- a later delta. Safe with live writers: yes.\n"
+        "CREATE FUNCTION cwstore.later_answer() RETURNS int LANGUAGE sql AS 'SELECT 7';",
+    )
+
+
+def test_fresh_database_gets_the_schema_and_every_migration_stamped(empty_db_dsn: str) -> None:
+    files = migrations()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert apply_migrations_sync(conn) == [m.version for m in files]
+        assert conn.execute("SELECT cwstore.infinity_seq()").fetchone() == (2**63 - 1,)
+        # A later delta applies on top, alone.
+        assert apply_migrations_sync(conn, [*files, _later(len(files) + 1)]) == [len(files) + 1]
+        assert conn.execute("SELECT cwstore.later_answer()").fetchone() == (7,)
+    assert _recorded(empty_db_dsn) == [
+        *[(m.version, m.name, m.sha256) for m in files],
+        (len(files) + 1, "later", _later(len(files) + 1).sha256),
+    ]
+
+
+async def test_three_fresh_installs_at_once(empty_db_dsn: str) -> None:
+    # The bookkeeping table is created by whichever runner comes first; the others wait
+    # for it, find the schema installed and do nothing.
+    files = migrations()
+    conns = [await asyncpg.connect(empty_db_dsn) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(apply_migrations(c) for c in conns))
+    finally:
+        for c in conns:
+            await c.close()
+    assert sorted(results) == [[], [], [m.version for m in files]]
+    assert _recorded(empty_db_dsn) == [(m.version, m.name, m.sha256) for m in files]
+
+
+def _hold(dsn: str, statement: str) -> psycopg.Connection[Any]:
+    """A connection inside a transaction that ran ``statement`` (and holds its locks)."""
+    holder = psycopg.connect(dsn)
+    holder.execute(statement)
+    return holder
+
+
+def test_nothing_pending_takes_no_lock(empty_db_dsn: str) -> None:
+    files = migrations()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        apply_migrations_sync(conn)
+        holder = _hold(empty_db_dsn, "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE")
+        try:
+            # Current: returns at once although the migration lock is held elsewhere.
+            assert apply_migrations_sync(conn, lock_timeout=0.2) == []
+            # Pending: waits for the lock, then gives up with a clear error.
+            with pytest.raises(MigrationError) as caught:
+                apply_migrations_sync(conn, [*files, _later(len(files) + 1)], lock_timeout=0.2)
+            assert "lock" in str(caught.value)
+            assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
+        finally:
+            holder.close()
+        assert apply_migrations_sync(conn, [*files, _later(len(files) + 1)]) == [len(files) + 1]
+
+
+async def test_nothing_pending_takes_no_lock_asyncpg(empty_db_dsn: str) -> None:
+    files = migrations()
+    conn = await asyncpg.connect(empty_db_dsn)
+    try:
+        await apply_migrations(conn)
+        holder = _hold(empty_db_dsn, "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE")
+        try:
+            assert await apply_migrations(conn, lock_timeout=0.2) == []
+            with pytest.raises(MigrationError) as caught:
+                await apply_migrations(conn, [*files, _later(len(files) + 1)], lock_timeout=0.2)
+            assert isinstance(caught.value.__cause__, asyncpg.LockNotAvailableError)
+        finally:
+            holder.close()
+        assert not conn.is_in_transaction()
+    finally:
+        await conn.close()
+
+
+def test_a_role_without_privileges_cannot_hold_migrations_up(
+    empty_db_dsn: str, pg_admin_dsn: str
+) -> None:
+    files = migrations()
+    nobody = f"cw_nobody_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(nobody)))
+    try:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            apply_migrations_sync(conn)
+            # What it may do at most: read the record (as a cwstore_reader may).
+            conn.execute(
+                sql.SQL(
+                    "GRANT USAGE ON SCHEMA cwstore TO {0};"
+                    " GRANT SELECT ON cwstore.schema_migrations TO {0}"
+                ).format(sql.Identifier(nobody))
+            )
+            holder = psycopg.connect(dsn_as(empty_db_dsn, nobody))
+            try:
+                holder.execute("SELECT pg_advisory_xact_lock(%s)", (_OLD_ADVISORY_KEY,))
+                holder.execute("SELECT count(*) FROM cwstore.schema_migrations").fetchone()
+                for stronger in (
+                    "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE",
+                    "SELECT 1 FROM cwstore.schema_migrations FOR UPDATE",
+                ):
+                    holder.execute("SAVEPOINT s")
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                        holder.execute(stronger)
+                    holder.execute("ROLLBACK TO SAVEPOINT s")
+                # Its transaction stays open, holding the advisory lock and ACCESS SHARE.
+                assert apply_migrations_sync(conn, lock_timeout=2) == []
+                extra = [*files, _later(len(files) + 1)]
+                assert apply_migrations_sync(conn, extra, lock_timeout=2) == [len(files) + 1]
+            finally:
+                holder.close()
+    finally:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(nobody)))
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(nobody)))
+
+
+def _record_old_chain(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_BOOTSTRAP)
+        for version, name in enumerate(
+            ["schema", "write_functions", "read_functions", "tenancy", "faster_reads"], start=1
+        ):
+            conn.execute(
+                "INSERT INTO cwstore.schema_migrations (version, name, sha256) VALUES (%s, %s, %s)",
+                (version, name, f"{version:064x}"),
+            )
+
+
+def test_a_database_of_the_pre_release_chain_is_refused(empty_db_dsn: str) -> None:
+    _record_old_chain(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        for attempt in (apply_migrations_sync, status_sync):
+            with pytest.raises(MigrationError) as caught:
+                attempt(conn)
+            assert caught.value.version == 1
+            message = str(caught.value)
+            assert "0001_schema.sql" in message and "0001_baseline.sql" in message
+            assert "import" in message
+        exists = conn.execute("SELECT to_regprocedure('cwstore.append_v1(text,json,bigint,json)')")
+        assert exists.fetchone() == (None,)  # nothing was installed over it
+
+
+async def test_a_database_of_the_pre_release_chain_is_refused_asyncpg(empty_db_dsn: str) -> None:
+    _record_old_chain(empty_db_dsn)
+    conn = await asyncpg.connect(empty_db_dsn)
+    try:
+        with pytest.raises(MigrationError) as caught:
+            await apply_migrations(conn)
+        assert caught.value.version == 1
+        with pytest.raises(MigrationError):
+            await status(conn)
+    finally:
+        await conn.close()
+
+
+def test_lock_timeout_must_be_positive(empty_db_dsn: str) -> None:
+    with (
+        psycopg.connect(empty_db_dsn, autocommit=True) as conn,
+        pytest.raises(MigrationError),
+    ):
+        apply_migrations_sync(conn, lock_timeout=0)

@@ -1,4 +1,4 @@
-"""The SQL read side (``sql/migrations/0003_read_functions.sql``) from plain SQL.
+"""The SQL read side (``cwstore/sql/schema/70_read_api.sql``) from plain SQL.
 
 Every read function is called through psycopg exactly as a psql user would call it and
 compared with an independent Python fold written here (SPEC 4 for the frontier, SPEC 5
@@ -248,6 +248,7 @@ def seq_at_time(graph: Graph, t: datetime) -> int:
 
 
 def projection(graph: Graph, s: int, frontier: list[str]) -> dict[str, Any]:
+    """What cwstore.projection_v1(graph, s) returns, parsed (payloads embedded)."""
     nodes = graph.nodes[:s]
 
     def latest(kind: str) -> dict[str, Any] | None:
@@ -255,7 +256,7 @@ def projection(graph: Graph, s: int, frontier: list[str]) -> dict[str, Any]:
         if not found:
             return None
         n = found[-1]
-        return {"seq": n.seq, "id": n.id, "payload_text": n.payload_text}
+        return {"seq": n.seq, "id": n.id, "payload": json.loads(n.payload_text)}
 
     heads = heads_at(graph, s)
     return {
@@ -265,7 +266,7 @@ def projection(graph: Graph, s: int, frontier: list[str]) -> dict[str, Any]:
                 "id": h,
                 "kind": graph.by_id[h].kind,
                 "seq": graph.by_id[h].seq,
-                "payload_text": graph.by_id[h].payload_text,
+                "payload": json.loads(graph.by_id[h].payload_text),
             }
             for h in frontier
         ],
@@ -276,14 +277,20 @@ def projection(graph: Graph, s: int, frontier: list[str]) -> dict[str, Any]:
                 "seq": seq,
                 "id": nid,
                 "kind": kind,
-                "payload_text": graph.nodes[seq - 1].payload_text,
+                "payload": json.loads(graph.nodes[seq - 1].payload_text),
             }
             for key, version, seq, nid, kind in heads
             if not (key.startswith("semantic:") and kind == "semantic")
         ],
         "semantic": [
-            {"type": t, "key": k, "version": v, "seq": sq, "id": i, "content_text": ct}
-            for t, k, _c, ct, v, sq, i in semantic_at(graph, s)
+            {
+                "key": f"semantic:{t}:{k}",
+                "version": v,
+                "seq": sq,
+                "id": i,
+                "payload": json.loads(graph.nodes[sq - 1].payload_text),
+            }
+            for t, k, _c, _ct, v, sq, i in semantic_at(graph, s)
         ],
         "latest_goal": latest("goal"),
         "latest_answer": latest("answer"),
@@ -519,6 +526,12 @@ ALL = ["example", "generated", "batched", "branching", "nul"]
 
 def rows(conn: Conn, query: str, *args: Any) -> list[tuple[Any, ...]]:
     return conn.execute(query, args).fetchall()
+
+
+def projected(conn: Conn, graph: str, *s: int) -> Any:
+    """cwstore.projection_v1(graph[, s]), parsed."""
+    at = ", %s" if s else ""
+    return json.loads(rows(conn, f"SELECT cwstore.projection_v1(%s{at})", graph, *s)[0][0])
 
 
 # ---------------------------------------------------------------------------------
@@ -800,18 +813,20 @@ def test_projection_every_sequence(conn: Conn, graphs: dict[str, Graph], name: s
     n = len(graph.nodes)
     step = 1 if n < 400 else 3
     for s in [*range(0, n + 2, step), n]:
-        got = rows(conn, "SELECT cwstore.projection_v1(%s, %s)", name, s)[0][0]
+        got = projected(conn, name, s)
         assert got == projection(graph, min(s, n), frontiers[min(s, n)]), (name, s)
-    now = rows(conn, "SELECT cwstore.projection_v1(%s)", name)[0][0]
+    now = projected(conn, name)
     assert now == projection(graph, n, frontiers[n])
 
 
 def test_projection_payload_texts_are_exact(conn: Conn, graphs: dict[str, Graph]) -> None:
-    got = rows(conn, "SELECT cwstore.projection_v1('example')")[0][0]
+    text = rows(conn, "SELECT cwstore.projection_v1('example')")[0][0]
+    got = json.loads(text)
     g = graphs["example"]
-    for item in got["resources"] + got["frontier"]:
-        assert item["payload_text"] == g.by_id[item["id"]].payload_text
-        assert json.loads(item["payload_text"]) == g.by_id[item["id"]].payload
+    for item in got["resources"] + got["frontier"] + got["semantic"]:
+        assert f'"id":"{item["id"]}"' in text
+        assert g.by_id[item["id"]].payload_text in text  # embedded byte for byte
+        assert item["payload"] == g.by_id[item["id"]].payload
     assert got["latest_answer"]["seq"] == 14 and got["latest_goal"]["seq"] == 2
     assert got["counts"] == {
         "system": 1,
@@ -921,7 +936,7 @@ def test_empty_graph(conn: Conn) -> None:
     assert rows(conn, "SELECT * FROM cwstore.frontier_at('empty')") == []
     assert rows(conn, "SELECT * FROM cwstore.heads_at('empty', 0)") == []
     assert rows(conn, "SELECT cwstore.seq_at_time('empty', now())") == [(0,)]
-    assert rows(conn, "SELECT cwstore.projection_v1('empty')")[0][0] == {
+    assert projected(conn, "empty") == {
         "length": 0,
         "frontier": [],
         "resources": [],
@@ -959,9 +974,9 @@ def test_reads_see_one_snapshot_while_a_writer_appends(
             ),
         )
         again = reader.execute("SELECT cwstore.projection_v1('live')").fetchone()
-        assert before == again and before is not None and before[0]["length"] == 2
+        assert before == again and before is not None and json.loads(before[0])["length"] == 2
         reader.execute("COMMIT")
-    assert rows(conn, "SELECT cwstore.projection_v1('live') -> 'length'") == [(3,)]
+    assert rows(conn, "SELECT cwstore.projection_v1('live')::jsonb -> 'length'") == [(3,)]
 
 
 # ---------------------------------------------------------------------------------

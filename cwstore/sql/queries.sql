@@ -1,5 +1,5 @@
 -- Runtime queries of the Python clients, one per "-- name:" marker. Placeholders are
--- $1, $2, ... for every driver. Writes go through the SQL functions of the migrations.
+-- $1, $2, ... for every driver. Writes go through the SQL functions of schema/.
 
 -- name: graph_get
 -- A graph's id, length and vocabulary (NULL = dynamic).
@@ -37,7 +37,7 @@ ANALYZE cwstore.nodes, cwstore.edges, cwstore.frontier_spans, cwstore.key_versio
 SELECT n.id
   FROM cwstore.frontier_spans s
   JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
- WHERE s.graph_id = $1 AND s.to_seq = 9223372036854775807
+ WHERE s.graph_id = $1 AND s.to_seq = cwstore.infinity_seq()
  ORDER BY s.from_seq, s.ord
 
 -- name: first_mismatch
@@ -70,7 +70,7 @@ SELECT * FROM cwstore.tail_all_v1($1, $2, $3, $4, $5)
 -- name: projection_at
 -- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as
 -- JSON text: one statement, one snapshot, one round trip.
-SELECT cwstore.projection_v2($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
+SELECT cwstore.projection_v1($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigint
                                       ELSE cwstore.seq_at_time($1, $3::timestamptz) END)
 
 -- name: key_history

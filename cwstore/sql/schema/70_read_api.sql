@@ -1,28 +1,25 @@
--- 0003_read_functions: the read side in SQL. Views over nodes and edges with graph
--- names, and functions for the frontier, resource heads and semantic memory at any
--- sequence, time-to-sequence, ancestors, descendants, causal paths, key history and a
--- one-round-trip projection.
+-- 70_read_api: the read side in SQL: functions for the frontier, resource heads and
+-- semantic memory at any sequence, time-to-sequence, ancestors, descendants, causal
+-- paths, key history, a state as of s in one round trip, and the projection; views over
+-- nodes and edges with graph names.
 --
--- Why: SPEC 8 promises that history is plain, documented SQL anyone can query from
--- psql, and that the projection is read from the database's own current and historical
--- tables (frontier_spans, key_versions, key_heads, kind_counts), never by folding every
--- node in a client. These functions are that reading, once, for every client: the
--- Python stores call them, and so can psql users (docs/sql.md).
---
--- Safe with live writers: yes. Only new views, functions and two indexes. The
--- functions are STABLE, so every statement inside one call reads the snapshot of the
--- calling query: a result never mixes two states of a graph, even while appends commit.
--- The indexes are built with plain CREATE INDEX, which makes writers wait for the build
--- (about a second per million frontier spans); on a large live database build them
--- first with CREATE INDEX CONCURRENTLY under the same names (frontier_spans_closed_idx,
--- key_heads_semantic_idx) and this migration keeps them (IF NOT EXISTS).
+-- The projection is read from the database's own current and historical tables
+-- (frontier_spans, key_versions, key_heads, kind_counts), never by folding every node
+-- in a client. These functions are that reading, once, for every client: the Python
+-- stores call them, and so can psql users (docs/sql.md).
 --
 -- Conventions of every public function below:
---   * The graph is addressed by name; it is resolved to graph_id once per call.
---     Unknown graph: SQLSTATE CW404, DETAIL {"graph": name}.
+--   * The graph is addressed by name, first; it is resolved to graph_id once per call
+--     (cwstore._graph), which also checks the caller's tenant. Unknown graph, or one of
+--     a tenant the caller is not in: SQLSTATE CW404, DETAIL {"graph": name}.
+--   * They run as their owner (SECURITY DEFINER, a fixed search_path), so they keep
+--     their indexes under row-level security (see 50_tenancy.sql).
 --   * s is a sequence number: the prefix 1..s of the graph. NULL means now (the whole
 --     graph); s at or beyond the graph's length reads as the whole graph; s = 0 is the
 --     empty prefix (empty frontier, no heads). s < 0: SQLSTATE 22023.
+--   * They are STABLE, so every statement inside one call reads the snapshot of the
+--     calling query: a result never mixes two states of a graph, even while appends
+--     commit.
 --   * Costs: n = nodes in the graph, h = heads in the frontier, k = resource keys of the
 --     graph, m = semantic keys. "log n" = one btree or GiST descent.
 --   * Orders are deterministic: keys and semantic types are ordered by byte order
@@ -33,35 +30,23 @@
 -- SQLSTATEs raised: CW404 unknown graph or node; 22023 invalid argument.
 
 -- ---------------------------------------------------------------------------------
--- functions: the span box of the closed-span index, private helpers (by graph_id)
+-- private helpers (by graph_id)
 -- ---------------------------------------------------------------------------------
 
--- A closed frontier span as a box: x spans graph_id +- 0.25, y spans from_seq ..
--- to_seq - 0.5. Why a width: with zero-width boxes every box has zero area, GiST's
--- insertion penalty (area enlargement) is zero everywhere and the tree ends up
--- unordered: finding the heads at s in 200,000 spans read ~390 index pages. With a
--- width, the area grows with the span's length and the tree clusters by sequence: 3-5
--- pages. The index holds closed spans only (partial): a span is written
--- open (to_seq infinite) and closed later by an UPDATE, and an open version's box,
--- even once dead and vacuumed, would leave its parents' boxes stretched to infinity
--- (GiST never shrinks them). Open spans are the current heads, found through
--- frontier_spans_current_idx.
-CREATE FUNCTION cwstore.span_band(graph_id bigint, from_seq bigint, to_seq bigint) RETURNS box
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT box(point(graph_id::float8 - 0.25, from_seq), point(graph_id::float8 + 0.25,
-                                                            to_seq::float8 - 0.5))
-$$;
-COMMENT ON FUNCTION cwstore.span_band(bigint, bigint, bigint) IS
-  'A validity span [from_seq, to_seq) of one graph as a box half a unit wide, for frontier_spans_closed_idx: span_band(...) @> at_box(graph_id, s) means valid at s.';
-
 -- _graph(graph) -> (graph_id, length)
---   Resolves a graph name. Raises CW404 when there is no such graph. Cost: log.
+--   Resolves a graph name. Raises CW404 when there is no such graph, or when the login
+--   role may not read it (cwstore._may_use), from one RAISE: the two must read the same,
+--   message, detail and context, or the difference tells that the graph exists. Every
+--   public read function resolves its graph here first: the one check they need.
+--   Cost: log.
 CREATE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_tenant text;
 BEGIN
-  SELECT g.graph_id, g.length INTO graph_id, length
+  SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
     FROM cwstore.graphs g WHERE g.name = p_graph;
-  IF NOT FOUND THEN
+  IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph %L does not exist', p_graph),
       DETAIL = jsonb_build_object('graph', p_graph)::text;
@@ -106,23 +91,6 @@ END $$;
 COMMENT ON FUNCTION cwstore._at(bigint, bigint) IS
   'Private: normalize a read position: NULL (now) when s is NULL or >= length; 22023 when s < 0.';
 
--- _json_member_text(doc, member) -> text
---   The exact JSON text of one member of a JSON object given as text (as the runtime
---   wrote it: member order, spacing, escapes), NULL if absent (the last one if repeated,
---   as jsonb reads it). The json type keeps a value's text, so -> on it returns the
---   member's text verbatim; PostgreSQL's json operators refuse the escape \u0000
---   anywhere in the document, so such a document goes through 0001's reversible
---   cwstore._nul_hide first and the member's text through cwstore._nul_show after.
---   Cost: one parse of the document.
-CREATE FUNCTION cwstore._json_member_text(p_doc text, p_member text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT CASE WHEN strpos(p_doc, '\u0000') = 0 THEN (p_doc::json -> p_member)::text
-         ELSE cwstore._nul_show((cwstore._nul_hide(p_doc)::json -> p_member)::text)
-         END
-$$;
-COMMENT ON FUNCTION cwstore._json_member_text(text, text) IS
-  'Private: exact JSON text of a member of a JSON object text, \u0000 escapes included.';
-
 -- _frontier_at(graph_id, s) -> (position, seq)
 --   The frontier after node s, in order (position from 0). s NULL = now.
 --   Cost: now, the partial index frontier_spans_current_idx, O(h); at s, one GiST
@@ -136,7 +104,7 @@ BEGIN
     RETURN QUERY
     SELECT (row_number() OVER (ORDER BY s.from_seq, s.ord))::integer - 1, s.head_seq
       FROM cwstore.frontier_spans s
-     WHERE s.graph_id = p_graph_id AND s.to_seq = 9223372036854775807
+     WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
      ORDER BY s.from_seq, s.ord;
   ELSE
     -- The box test is the index condition (it implies the graph: boxes of different
@@ -147,11 +115,11 @@ BEGIN
       FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
              WHERE cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
                    @> cwstore.at_box(p_graph_id, p_seq)
-               AND s.to_seq <> 9223372036854775807
+               AND s.to_seq <> cwstore.infinity_seq()
                AND s.from_seq <= p_seq AND p_seq < s.to_seq
             UNION ALL
             SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
-             WHERE s.graph_id = p_graph_id AND s.to_seq = 9223372036854775807
+             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
                AND s.from_seq <= p_seq) x
      ORDER BY x.from_seq, x.ord;
   END IF;
@@ -161,49 +129,40 @@ COMMENT ON FUNCTION cwstore._frontier_at(bigint, bigint) IS
 
 -- _heads_at(graph_id, s, semantic_only) -> (key, version, seq)
 --   Every resource key's head after node s (s NULL = now), keys in byte order. With
---   semantic_only, only keys beginning "semantic:" (through key_heads_semantic_idx).
---   Cost: now, O(k) rows of key_heads; at s, one backward descent of
---   key_versions_seq_idx (graph_id, key, node_seq) per key that exists at s
---   (key_heads.first_seq <= s): O(k log n).
-CREATE FUNCTION cwstore._heads_at(p_graph_id bigint, p_seq bigint, p_semantic_only boolean)
+--   semantic_only, only keys beginning "semantic:".
+--   Cost: now, O(k) rows of key_heads; at s, one GiST scan of key_versions_closed_idx
+--   for the closed versions valid at s, plus the current heads that began by s:
+--   O(log n + k).
+CREATE FUNCTION cwstore._heads_at(p_graph_id bigint, p_seq bigint,
+                                             p_semantic_only boolean)
 RETURNS TABLE (key text, version integer, seq bigint)
 LANGUAGE plpgsql STABLE ROWS 100 AS $$
 BEGIN
-  IF p_seq IS NULL AND p_semantic_only THEN
-    RETURN QUERY
-    SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
-     WHERE h.graph_id = p_graph_id AND starts_with(h.key, 'semantic:')
-     ORDER BY h.key COLLATE "C";
-  ELSIF p_seq IS NULL THEN
+  IF p_seq IS NULL THEN
     RETURN QUERY
     SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
      WHERE h.graph_id = p_graph_id
-     ORDER BY h.key COLLATE "C";
-  ELSIF p_semantic_only THEN
-    RETURN QUERY
-    SELECT h.key, v.version, v.node_seq
-      FROM cwstore.key_heads h
-     CROSS JOIN LATERAL (
-           SELECT kv.version, kv.node_seq FROM cwstore.key_versions kv
-            WHERE kv.graph_id = h.graph_id AND kv.key = h.key AND kv.node_seq <= p_seq
-            ORDER BY kv.node_seq DESC LIMIT 1) v
-     WHERE h.graph_id = p_graph_id AND starts_with(h.key, 'semantic:')
-       AND h.first_seq <= p_seq
+       AND (NOT p_semantic_only OR starts_with(h.key, 'semantic:'))
      ORDER BY h.key COLLATE "C";
   ELSE
+    -- As in _frontier_at: the box test is the index condition, the integer tests after
+    -- it are exact whatever float8 rounding the boxes carry.
     RETURN QUERY
-    SELECT h.key, v.version, v.node_seq
-      FROM cwstore.key_heads h
-     CROSS JOIN LATERAL (
-           SELECT kv.version, kv.node_seq FROM cwstore.key_versions kv
-            WHERE kv.graph_id = h.graph_id AND kv.key = h.key AND kv.node_seq <= p_seq
-            ORDER BY kv.node_seq DESC LIMIT 1) v
-     WHERE h.graph_id = p_graph_id AND h.first_seq <= p_seq
-     ORDER BY h.key COLLATE "C";
+    SELECT x.key, x.version, x.seq
+      FROM (SELECT v.key, v.version, v.node_seq AS seq FROM cwstore.key_versions v
+             WHERE cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND v.to_seq <> cwstore.infinity_seq()
+               AND v.node_seq <= p_seq AND p_seq < v.to_seq
+            UNION ALL
+            SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+             WHERE h.graph_id = p_graph_id AND h.head_seq <= p_seq) x
+     WHERE NOT p_semantic_only OR starts_with(x.key, 'semantic:')
+     ORDER BY x.key COLLATE "C";
   END IF;
 END $$;
 COMMENT ON FUNCTION cwstore._heads_at(bigint, bigint, boolean) IS
-  'Private: (key, version, seq) of every resource key''s head of a graph_id after node s (NULL = now).';
+  'Private: (key, version, seq) of every resource key''s head of a graph_id after node s (NULL = now): one GiST scan of key_versions_closed_idx plus the current heads that began by s.';
 
 -- _walk(graph_id, start, up, max_depth, bound, target) -> (seq, depth, via)
 --   Breadth-first walk from node start over edges: to parents when up (edges_pkey),
@@ -314,6 +273,7 @@ COMMENT ON FUNCTION cwstore._walk(bigint, bigint, boolean, integer, bigint, bigi
 --   Plans are made with t's value (force_custom_plan) so each call gets the right end.
 CREATE FUNCTION cwstore.seq_at_time(p_graph text, p_time timestamptz)
 RETURNS bigint LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
@@ -337,7 +297,7 @@ COMMENT ON FUNCTION cwstore.seq_at_time(text, timestamptz) IS
 --   one primary-key lookup per head for id and kind.
 CREATE FUNCTION cwstore.frontier_at(p_graph text, p_seq bigint DEFAULT NULL)
 RETURNS TABLE ("position" integer, seq bigint, id text, kind text)
-LANGUAGE plpgsql STABLE ROWS 4 AS $$
+LANGUAGE plpgsql STABLE ROWS 4 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
 BEGIN
@@ -357,7 +317,7 @@ COMMENT ON FUNCTION cwstore.frontier_at(text, bigint) IS
 --   Cost: now O(k); at s O(k log n) (one descent of key_versions_seq_idx per key).
 CREATE FUNCTION cwstore.heads_at(p_graph text, p_seq bigint DEFAULT NULL)
 RETURNS TABLE (key text, version integer, seq bigint, id text, kind text)
-LANGUAGE plpgsql STABLE ROWS 100 AS $$
+LANGUAGE plpgsql STABLE ROWS 100 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
 BEGIN
@@ -379,7 +339,7 @@ COMMENT ON FUNCTION cwstore.heads_at(text, bigint) IS
 CREATE FUNCTION cwstore.semantic_at(p_graph text, p_seq bigint DEFAULT NULL)
 RETURNS TABLE (type text, key text, content jsonb, content_text text, version integer,
                seq bigint, id text)
-LANGUAGE plpgsql STABLE ROWS 50 AS $$
+LANGUAGE plpgsql STABLE ROWS 50 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
 BEGIN
@@ -407,7 +367,7 @@ COMMENT ON FUNCTION cwstore.semantic_at(text, bigint) IS
 --   (see _walk).
 CREATE FUNCTION cwstore.ancestors(p_graph text, p_node_id text, p_max_depth integer DEFAULT NULL)
 RETURNS TABLE (seq bigint, id text, kind text, depth integer)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
   v_seq bigint := cwstore._node_seq(g.graph_id, p_graph, p_node_id);
@@ -434,7 +394,7 @@ COMMENT ON FUNCTION cwstore.ancestors(text, text, integer) IS
 --   nothing that grows with n (see _walk).
 CREATE FUNCTION cwstore.descendants(p_graph text, p_node_id text, p_max_depth integer DEFAULT NULL)
 RETURNS TABLE (seq bigint, id text, kind text, depth integer)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
   v_seq bigint := cwstore._node_seq(g.graph_id, p_graph, p_node_id);
@@ -463,7 +423,7 @@ COMMENT ON FUNCTION cwstore.descendants(text, text, integer) IS
 --   visited, plus arrays of 9 bytes per sequence number between them.
 CREATE FUNCTION cwstore.path(p_graph text, p_from_id text, p_to_id text)
 RETURNS TABLE (step integer, seq bigint, id text, kind text)
-LANGUAGE plpgsql STABLE ROWS 10 AS $$
+LANGUAGE plpgsql STABLE ROWS 10 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
   v_from bigint := cwstore._node_seq(g.graph_id, p_graph, p_from_id);
@@ -510,7 +470,7 @@ COMMENT ON FUNCTION cwstore.path(text, text, text) IS
 CREATE FUNCTION cwstore.key_history(p_graph text, p_key text)
 RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
                recorded_at timestamptz, payload jsonb, payload_text text)
-LANGUAGE plpgsql STABLE ROWS 10 AS $$
+LANGUAGE plpgsql STABLE ROWS 10 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
 BEGIN
@@ -526,112 +486,154 @@ END $$;
 COMMENT ON FUNCTION cwstore.key_history(text, text) IS
   'Every version of a resource key, oldest first: version, seq, id, kind, created_at, recorded_at, payload (jsonb), payload_text (exact).';
 
--- projection_v1(graph, s) -> jsonb
---   The state a reader works from, after node s (NULL = now), in one round trip:
+
+-- export_parts_v1(graph, s, t, part_bytes) -> (length, seq, part, nodes, frontier)
+--   export_v1 as several rows, so a graph whose JSON exceeds what one text value holds
+--   (1 GB) still exports: the first row (part -1) carries length, seq and the frontier;
+--   each following row a part of the nodes array, nodes in order, joined by commas,
+--   about part_bytes each (a part ends after the node that reaches the size). A client
+--   writes '[' || the parts joined by ',' || ']'. One statement, so one snapshot. When
+--   s is beyond the graph's length, the first row alone, with a NULL frontier.
+CREATE FUNCTION cwstore.export_parts_v1(p_graph text, p_seq bigint DEFAULT NULL,
+                                        p_time timestamptz DEFAULT NULL,
+                                        p_part_bytes bigint DEFAULT 67108864)
+RETURNS TABLE (length bigint, seq bigint, part bigint, nodes text, frontier text[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint;
+BEGIN
+  IF p_seq < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('a sequence number is >= 0, got %s', p_seq),
+      DETAIL = jsonb_build_object('seq', p_seq)::text;
+  END IF;
+  v_seq := CASE WHEN p_time IS NOT NULL THEN cwstore.seq_at_time(p_graph, p_time)
+                ELSE coalesce(p_seq, g.length) END;
+  IF v_seq > g.length THEN
+    RETURN QUERY SELECT g.length, v_seq, -1::bigint, NULL::text, NULL::text[];
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT g.length, v_seq, -1::bigint, NULL::text,
+         CASE WHEN v_seq = 0 THEN '{}'::text[] ELSE
+           ARRAY(SELECT n.id FROM cwstore._frontier_at(g.graph_id, v_seq) f
+                   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq
+                  ORDER BY f.position) END;
+  RETURN QUERY
+  SELECT g.length, v_seq, c.part, string_agg(c.node_json, ',' ORDER BY c.seq), NULL::text[]
+    FROM (SELECT n.seq, n.node_json,
+                 (sum(octet_length(n.node_json)) OVER (ORDER BY n.seq)
+                  - octet_length(n.node_json)) / greatest(p_part_bytes, 1) AS part
+            FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq <= v_seq) c
+   GROUP BY c.part
+   ORDER BY c.part;
+END $$;
+COMMENT ON FUNCTION cwstore.export_parts_v1(text, bigint, timestamptz, bigint) IS
+  'export_v1 in rows: part -1 carries (length, seq, frontier), parts 0.. the nodes array''s text in order, about part_bytes each, so graphs over 1 GB export. One snapshot.';
+
+-- export_v1(graph, s, t) -> (length, seq, nodes, frontier)
+--   The graph as of node s, or as of time t (the last node whose createdAt <= t), or now
+--   when both are NULL: nodes is the JSON array text of nodes 1..seq, frontier the ids
+--   of the frontier in force there. When s is beyond the graph's length, nodes and
+--   frontier are NULL and length tells the client why. One statement, one snapshot.
+--   CW404 for an unknown graph (or one of another tenant).
+--   It is export_parts_v1 in one part: one text value, so at most 1 GB (the clients
+--   read export_parts_v1).
+CREATE FUNCTION cwstore.export_v1(p_graph text, p_seq bigint DEFAULT NULL,
+                                  p_time timestamptz DEFAULT NULL)
+RETURNS TABLE (length bigint, seq bigint, nodes text, frontier text[])
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  WITH p AS (SELECT * FROM cwstore.export_parts_v1(p_graph, p_seq, p_time,
+                                                   4611686018427387904))
+  SELECT h.length, h.seq,
+         CASE WHEN h.frontier IS NOT NULL THEN
+           '[' || coalesce((SELECT string_agg(x.nodes, ',' ORDER BY x.part) FROM p x
+                             WHERE x.part >= 0), '') || ']' END,
+         h.frontier
+    FROM p h WHERE h.part = -1
+$$;
+COMMENT ON FUNCTION cwstore.export_v1(text, bigint, timestamptz) IS
+  'The graph as of node s, time t, or now: (length, seq, nodes JSON array text, frontier ids), from one snapshot. nodes is NULL when s > length.';
+
+-- projection_v1(graph, s) -> text
+--   The state a reader works from, after node s (NULL = now), in one round trip, as JSON
+--   text with every payload embedded as the exact JSON the runtime wrote (member order,
+--   numbers, escapes), built by concatenating stored texts and parsed by a client in one
+--   pass (psql users: cast it, projection_v1(g)::jsonb):
 --   {"length": the prefix length (s, at most the graph's length),
---    "frontier": [{"id", "kind", "seq", "payload_text"}] in frontier order,
---    "resources": [{"key", "version", "seq", "id", "kind", "payload_text"}] the head of
---        every resource key that is not semantic memory, keys in byte order,
---    "semantic": [{"type", "key", "version", "seq", "id", "content_text"}] the head of
---        every semantic key (as semantic_at), by type then key,
---    "latest_goal": {"seq", "id", "payload_text"} or null, the newest goal at or before s,
+--    "frontier": [{"id", "kind", "seq", "payload"}] in frontier order,
+--    "resources": [{"key", "version", "seq", "id", "kind", "payload"}] the head of every
+--        resource key that is not semantic memory, keys in byte order,
+--    "semantic": [{"key", "version", "seq", "id", "payload"}] the head of every semantic
+--        key (as semantic_at; payload is {type, key, content}), by type then key,
+--    "latest_goal": {"seq", "id", "payload"} or null, the newest goal at or before s,
 --    "latest_answer": likewise for answers,
 --    "counts": {kind: number of nodes of that kind in 1..s}, kinds that occur only}.
---   payload_text and content_text are JSON strings holding the exact JSON the runtime
---   wrote (parse them client-side), so the projection is faithful where jsonb is not.
 --   Every part reads one snapshot (the function is STABLE).
---   Cost: frontier O(log n + h); heads O(k log n) (O(k) now); counts and the latest
+--   Cost: frontier O(log n + h); heads O(log n + k) (O(k) now); counts and the latest
 --   goal and answer: one backward descent of kind_counts_pkey per kind (ten), since
 --   the newest kind_counts row of a kind at or before s holds both the running count
 --   and the seq of that kind's latest node. Nothing else grows with n.
 CREATE FUNCTION cwstore.projection_v1(p_graph text, p_seq bigint DEFAULT NULL)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   g record := cwstore._graph(p_graph);
-  v_at bigint := cwstore._at(p_seq, g.length);   -- NULL = now
+  v_at bigint := cwstore._at(p_seq, g.length);
   v_len bigint := coalesce(v_at, g.length);
-  v_counts jsonb;
+  v_counts text;
   v_goal bigint;
   v_answer bigint;
-  v_result jsonb;
 BEGIN
-  SELECT coalesce(jsonb_object_agg(k.kind, c.n), '{}'::jsonb),
+  SELECT coalesce(json_object_agg(k.kind, c.n)::text, '{}'),
          max(c.seq) FILTER (WHERE k.kind = 'goal'), max(c.seq) FILTER (WHERE k.kind = 'answer')
     INTO v_counts, v_goal, v_answer
-    FROM unnest(ARRAY['system', 'goal', 'inference', 'answer', 'tool_call', 'tool_result',
-                      'resource', 'semantic', 'protocol_error', 'verification']) AS k(kind)
+    FROM unnest(cwstore.node_kinds()) AS k(kind)
    CROSS JOIN LATERAL (
          SELECT kc.seq, kc.n FROM cwstore.kind_counts kc
           WHERE kc.graph_id = g.graph_id AND kc.kind = k.kind AND kc.seq <= v_len
           ORDER BY kc.seq DESC LIMIT 1) c;
-
-  -- Every key's head once; semantic memory is the heads of semantic: keys that are
-  -- semantic nodes (type and key read from the key, as in semantic_at).
+  RETURN (
   WITH h AS MATERIALIZED (
     SELECT h.key, h.version, h.seq, n.id, n.kind, n.payload_text,
            starts_with(h.key, 'semantic:') AND n.kind = 'semantic' AS memory
       FROM cwstore._heads_at(g.graph_id, v_at, false) h
       JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
   )
-  SELECT jsonb_build_object(
-    'length', v_len,
-    'frontier', (
-      SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.id, 'kind', n.kind, 'seq', n.seq,
-                                                   'payload_text', n.payload_text)
-                                ORDER BY f.position), '[]'::jsonb)
+  SELECT '{"length":' || v_len
+    || ',"frontier":[' || coalesce((
+      SELECT string_agg('{"id":"' || n.id || '","kind":"' || n.kind || '","seq":' || n.seq
+                        || ',"payload":' || n.payload_text || '}', ',' ORDER BY f.position)
         FROM cwstore._frontier_at(g.graph_id, v_at) f
-        JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq),
-    'resources', (
-      SELECT coalesce(jsonb_agg(jsonb_build_object('key', h.key, 'version', h.version,
-                                                   'seq', h.seq, 'id', h.id, 'kind', h.kind,
-                                                   'payload_text', h.payload_text)
-                                ORDER BY h.key COLLATE "C"), '[]'::jsonb)
-        FROM h WHERE NOT h.memory),
-    'semantic', (
-      SELECT coalesce(jsonb_agg(jsonb_build_object('type', t.type, 'key', t.key,
-                                                   'version', h.version, 'seq', h.seq,
-                                                   'id', h.id,
-                                                   'content_text',
-                                                   cwstore._json_member_text(h.payload_text,
-                                                                             'content'))
-                                ORDER BY t.type COLLATE "C", t.key COLLATE "C"), '[]'::jsonb)
-        FROM h
-       CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t0
-       CROSS JOIN LATERAL (SELECT t0.type, substr(h.key, length(t0.type) + 11) AS key) t
-       WHERE h.memory),
-    'latest_goal', (
-      SELECT jsonb_build_object('seq', n.seq, 'id', n.id, 'payload_text', n.payload_text)
-        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_goal),
-    'latest_answer', (
-      SELECT jsonb_build_object('seq', n.seq, 'id', n.id, 'payload_text', n.payload_text)
-        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_answer),
-    'counts', v_counts)
-    INTO v_result;
-  RETURN v_result;
+        JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq), '')
+    || '],"resources":[' || coalesce((
+      SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
+                        || ',"seq":' || h.seq || ',"id":"' || h.id || '","kind":"' || h.kind
+                        || '","payload":' || h.payload_text || '}', ',' ORDER BY h.key COLLATE "C")
+        FROM h WHERE NOT h.memory), '')
+    || '],"semantic":[' || coalesce((
+      SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
+                        || ',"seq":' || h.seq || ',"id":"' || h.id
+                        || '","payload":' || h.payload_text || '}', ','
+                        ORDER BY t.type COLLATE "C", substr(h.key, length(t.type) + 11) COLLATE "C")
+        FROM h CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t
+       WHERE h.memory), '')
+    || '],"latest_goal":' || coalesce((
+      SELECT '{"seq":' || n.seq || ',"id":"' || n.id || '","payload":' || n.payload_text || '}'
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_goal), 'null')
+    || ',"latest_answer":' || coalesce((
+      SELECT '{"seq":' || n.seq || ',"id":"' || n.id || '","payload":' || n.payload_text || '}'
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_answer), 'null')
+    || ',"counts":' || v_counts || '}');
 END $$;
 COMMENT ON FUNCTION cwstore.projection_v1(text, bigint) IS
-  'Projection after node s (NULL = now) as one jsonb: length, frontier, resources, semantic, latest_goal, latest_answer, counts. Payloads as exact JSON text. O(log n + heads + keys * log n).';
-
--- ---------------------------------------------------------------------------------
--- indexes
--- ---------------------------------------------------------------------------------
-
--- The frontier at s, closed spans: see cwstore.span_band above for the box's shape.
-CREATE INDEX IF NOT EXISTS frontier_spans_closed_idx ON cwstore.frontier_spans
-  USING gist (cwstore.span_band(graph_id, from_seq, to_seq))
-  WHERE to_seq <> 9223372036854775807;
-
--- Semantic keys of a graph without reading its other resource keys. A partial index,
--- not a LIKE prefix range, because prefix ranges on text only work under the C
--- collation and the database's collation is not ours to choose.
-CREATE INDEX IF NOT EXISTS key_heads_semantic_idx ON cwstore.key_heads (graph_id, key)
-  WHERE starts_with(key, 'semantic:');
+  'Projection after node s (NULL = now) as JSON text: length, frontier, resources, semantic, latest_goal, latest_answer, counts, with payloads embedded verbatim (cast to jsonb in psql).';
 
 -- ---------------------------------------------------------------------------------
 -- views
 -- ---------------------------------------------------------------------------------
 
-CREATE VIEW cwstore.node_view AS
+CREATE VIEW cwstore.node_view WITH (security_invoker = true) AS
 SELECT g.name AS graph, n.seq, n.id, n.kind, n.parents,
        cwstore.payload_jsonb(n.payload_text) AS payload, n.payload_text,
        n.created_at, n.created_at_text, n.resource_key, n.recorded_at
@@ -639,7 +641,7 @@ SELECT g.name AS graph, n.seq, n.id, n.kind, n.parents,
 COMMENT ON VIEW cwstore.node_view IS
   'Nodes with their graph''s name. payload_text is the exact JSON the runtime wrote; payload its jsonb reading, cwstore.payload_jsonb(payload_text) (members reordered, U+0000 shown as U+FFFD). created_at(_text) is the runtime''s createdAt, recorded_at when the database stored the node. Filter on graph and seq: both are index columns underneath.';
 
-CREATE VIEW cwstore.edge_view AS
+CREATE VIEW cwstore.edge_view WITH (security_invoker = true) AS
 SELECT g.name AS graph, e.child_seq, c.id AS child_id, e.position, e.parent_seq,
        p.id AS parent_id
   FROM cwstore.edges e

@@ -1,20 +1,18 @@
--- 0008_sql_door: the write API refuses what cwstore import refuses, whoever calls it;
--- another tenant's graph reads exactly as unknown; tail_all cannot be stalled by a
--- role that may not write.
+-- 60_write_api: the write API, as SQL functions, so every client (asyncpg, psycopg,
+-- psql, the TypeScript runtime through pg) meets the same rules and errors.
 --
--- Why: the TypeScript runtime (through pg) and psql write through these functions with
--- no Python in front of them. append_v1 stored createdAt values, numbers, duplicate
--- member names and semantic contents that import refuses (so export -> import failed);
--- a batch could reuse an id with other content; import_rows_v1 pasted any text into the
--- stored node JSON, outside an import and into graphs that held nodes; a retried append
--- moved the frontier back; declare_frontier_v1 raced appends. Refusals by graph id
--- named the other tenant's graph. tail_all waited for every transaction on the server.
+-- The append path locks the graph's counter row, numbers the batch from its length and
+-- inserts in one statement; the nodes triggers (40_derive.sql) check and materialize.
+-- One round trip, no session state (works behind a transaction-mode pooler). Every
+-- function runs as its owner (SECURITY DEFINER, a fixed search_path), so a writer role
+-- needs no privilege on any table, and checks that the login role may write the graph's
+-- tenant (cwstore._check_writer, 50_tenancy.sql) before it locks or writes anything.
+-- Functions are versioned (_v1) so a new signature can live beside the old; each takes
+-- the graph (its name, or its graph_id within an import) first.
 --
--- Safe with live writers: yes. Functions are replaced in place (same signatures) and
--- new ones added; no table is touched.
---
--- SQLSTATEs raised: as before (CW400 with the codes of SPEC section 6, CW404, CW409,
--- CW410, CW412, 42501).
+-- SQLSTATEs raised: CW400 validation, CW404 unknown graph, CW409 expected length is
+-- stale, CW410 chain conflict on a resource key, CW412 import into a non-empty graph,
+-- 42501 a graph of a tenant the login role is not in.
 
 -- js_number(token) -> String(Number(token)) in JavaScript, for a JSON number token;
 -- NULL when the value is beyond a double (1e400) or rounds to zero from a non-zero
@@ -256,41 +254,6 @@ BEGIN
               AND cwstore.payload_jsonb(a_payload) = cwstore.payload_jsonb(b_payload)));
 END $$;
 
--- _may_use(tenant): whether the login role may read and write the graphs of a tenant.
-CREATE FUNCTION cwstore._may_use(p_tenant text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT cwstore.sees_all(session_user)
-      OR EXISTS (SELECT 1 FROM cwstore.tenants_of(session_user) t WHERE t = p_tenant)
-$$;
-
-CREATE OR REPLACE FUNCTION cwstore._check_writer(p_graph text, p_tenant text) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-  IF p_tenant IS NOT NULL AND NOT cwstore._may_use(p_tenant) THEN
-    RAISE EXCEPTION USING ERRCODE = '42501',
-      MESSAGE = format('role %s may not write graph %L: the graph belongs to a tenant the role is not a member of',
-                       session_user, p_graph),
-      DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text,
-      HINT = 'An administrator adds the role to the tenant: SELECT cwstore.add_tenant_member(tenant, role)';
-  END IF;
-END $$;
-
--- One RAISE for "no such graph" and "a graph of another tenant": the two must read the
--- same, message, detail and context, or the difference tells that the graph exists.
-CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_tenant text;
-BEGIN
-  SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
-    FROM cwstore.graphs g WHERE g.name = p_graph;
-  IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
-    RAISE EXCEPTION USING ERRCODE = 'CW404',
-      MESSAGE = format('graph %L does not exist', p_graph),
-      DETAIL = jsonb_build_object('graph', p_graph)::text;
-  END IF;
-END $$;
-
 -- _writable_graph(graph_id) -> the graph's length, with its counter row locked until
 -- commit. A graph of a tenant the login role may not write reads exactly as a graph id
 -- that does not exist (CW404, one RAISE), and is checked before the lock, so a refused
@@ -311,6 +274,61 @@ BEGIN
   RETURN v_len;
 END $$;
 
+-- ensure_graph_v1(graph, vocabulary) -> graph_id
+--   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock.
+CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_id bigint;
+  v_tenant text;
+BEGIN
+  IF p_graph IS NULL OR p_graph = '' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+                               'a graph name must be a non-empty string');
+  END IF;
+  SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
+  IF NOT FOUND THEN
+    v_tenant := cwstore._new_graph_tenant();
+    IF session_user <> current_user THEN
+      PERFORM cwstore._check_writer(p_graph, v_tenant);
+    END IF;
+    INSERT INTO cwstore.graphs (name, vocabulary, tenant) VALUES (p_graph, p_vocabulary, v_tenant)
+    ON CONFLICT (name) DO NOTHING RETURNING graph_id INTO v_id;
+    IF v_id IS NULL THEN
+      SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
+    END IF;
+  END IF;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+  RETURN v_id;
+END $$;
+COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
+  'Create a graph if it does not exist (vocabulary NULL = dynamic); returns its graph_id.';
+
+-- begin_import_v1(graph, vocabulary) -> graph_id
+--   Locks the graph row for the rest of the transaction. Raises CW412 when the graph
+--   already holds nodes. Sets the vocabulary.
+CREATE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_id bigint;
+  v_len bigint;
+BEGIN
+  PERFORM cwstore.ensure_graph_v1(p_graph, p_vocabulary);
+  SELECT graph_id, length INTO v_id, v_len FROM cwstore.graphs WHERE name = p_graph FOR UPDATE;
+  IF v_len > 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW412',
+      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
+      DETAIL = jsonb_build_object('graph', p_graph, 'length', v_len)::text;
+  END IF;
+  UPDATE cwstore.graphs SET vocabulary = p_vocabulary
+   WHERE graph_id = v_id AND vocabulary IS DISTINCT FROM p_vocabulary;
+  RETURN v_id;
+END $$;
+COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
+  'Start importing into an empty graph: create or lock it; CW412 if it holds nodes. COPY rows into cwstore.nodes next, then declare_frontier_v1.';
+
 -- import_rows_v1(graph_id, seqs, ids, kinds, parents, payloads, created, keys)
 --   The import path of roles that may not COPY into cwstore.nodes (cwstore_writer):
 --   one slice of an import as parallel arrays (parents as array literals, e.g.
@@ -320,7 +338,7 @@ END $$;
 --   Only within an import: the graph must be empty, or hold only nodes this transaction
 --   wrote (CW412). Each payload must be one JSON value as JSON.stringify writes it, and
 --   every node passes the checks of append_v1 (CW400 with the node's index and path).
-CREATE OR REPLACE FUNCTION cwstore.import_rows_v1(p_graph_id bigint, p_seqs bigint[], p_ids text[],
+CREATE FUNCTION cwstore.import_rows_v1(p_graph_id bigint, p_seqs bigint[], p_ids text[],
                                        p_kinds text[], p_parents text[], p_payloads text[],
                                        p_created text[], p_keys text[])
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -402,12 +420,14 @@ BEGIN
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
 END $$;
+COMMENT ON FUNCTION cwstore.import_rows_v1(bigint, bigint[], text[], text[], text[], text[], text[], text[]) IS
+  'Import one slice of nodes as parallel arrays after begin_import_v1 (the import path of roles without INSERT on cwstore.nodes). Returns how many rows it inserted.';
 
 -- declare_frontier_v1(graph_id, heads) : the frontier after the graph's last node, as
 -- given and in its order, with the graph locked (so it is declared at the length an
 -- append that committed first left). CW400 frontier_reference for unknown or repeated
 -- ids, CW404 for an unknown graph id (or one of another tenant).
-CREATE OR REPLACE FUNCTION cwstore.declare_frontier_v1(p_graph_id bigint, p_heads text[])
+CREATE FUNCTION cwstore.declare_frontier_v1(p_graph_id bigint, p_heads text[])
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_len bigint;
@@ -416,6 +436,8 @@ BEGIN
   INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
   VALUES (p_graph_id, v_len, coalesce(p_heads, '{}'));
 END $$;
+COMMENT ON FUNCTION cwstore.declare_frontier_v1(bigint, text[]) IS
+  'Declare the frontier after the graph''s last node (graph by graph_id), as given and in its order: after an import, or to set it by hand. CW400 frontier_reference for unknown or repeated ids.';
 
 -- append_v1(graph, nodes, expected_length, frontier)
 --   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
@@ -437,7 +459,7 @@ END $$;
 --   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
 -- Its statements take arrays and ids as parameters; custom plans would be re-made on
 -- every call, and the generic ones are right for every batch size that takes this path.
-CREATE OR REPLACE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
                                   p_expected_length bigint DEFAULT NULL,
                                   p_frontier json DEFAULT NULL)
 RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
@@ -539,9 +561,7 @@ BEGIN
                                             || coalesce(r."resourceKey"::text, '')
                                             || r.parents::text, '\\u0000') > 0
                      THEN 'unrepresentable|$|U+0000 outside a payload cannot be stored'
-                   WHEN (r.kind #>> '{}') NOT IN ('system', 'goal', 'inference', 'answer',
-                          'tool_call', 'tool_result', 'resource', 'semantic', 'protocol_error',
-                          'verification')
+                   WHEN NOT ((r.kind #>> '{}') = ANY (cwstore.node_kinds()))
                      THEN 'kind|$.kind|kind is not one of the ten'
                    WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
                      THEN 'identity|$.id|id must be cw_ and 24 lowercase hex digits'
@@ -658,7 +678,7 @@ BEGIN
            SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
              FROM cwstore.frontier_spans s
              JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
-            WHERE s.graph_id = v_graph_id AND s.to_seq = 9223372036854775807))) THEN
+            WHERE s.graph_id = v_graph_id AND s.to_seq = cwstore.infinity_seq()))) THEN
     INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
     VALUES (v_graph_id, v_len + v_new, v_heads);
   END IF;
@@ -672,156 +692,5 @@ BEGIN
    ORDER BY u.o;
 END $$;
 
--- feed_horizon() -> xid
---   The all-graphs feed (tail_all_v1) reads rows whose xid is below this: every
---   transaction of this database that may write nodes and is still running has an xid
---   at or above it, and so does every transaction that starts later. A node's xid is
---   at least its writing transaction's (append_v1, import_rows_v1), so no node below
---   the horizon can still commit: a reader that follows by xid never skips one.
---   Only transactions of roles that may write cwstore nodes count (superusers, members
---   of the schema's owner or of cwstore_writer, roles with EXECUTE on the write API or
---   INSERT on cwstore.nodes), in this database, prepared ones included: a transaction of
---   any other role, or in another database, does not hold the feed back. A writer that
---   keeps a transaction with an xid open does, until it ends; idle_in_transaction_session_timeout
---   on writer roles bounds that.
---   Call it in its own statement, before the statement that reads nodes: that one's
---   snapshot must come after it (READ COMMITTED).
-CREATE FUNCTION cwstore.feed_horizon() RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_xmax bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
-  v_min bigint;
-BEGIN
-  PERFORM pg_catalog.pg_stat_clear_snapshot();
-  WITH running AS (
-    SELECT l.transactionid::text::bigint AS xid32, a.usesysid AS role
-      FROM pg_catalog.pg_locks l
-      JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-     WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
-       AND a.datname = pg_catalog.current_database()
-    UNION ALL
-    SELECT p.transaction::text::bigint, r.oid
-      FROM pg_catalog.pg_prepared_xacts p JOIN pg_catalog.pg_roles r ON r.rolname = p.owner
-     WHERE p.database = pg_catalog.current_database()
-  ), writers AS (
-    SELECT x.xid32 FROM running x
-     WHERE pg_catalog.pg_has_role(x.role, (SELECT n.nspowner FROM pg_catalog.pg_namespace n
-                                            WHERE n.nspname = 'cwstore'), 'MEMBER')
-        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = x.role AND r.rolsuper)
-        OR CASE WHEN pg_catalog.to_regrole('cwstore_writer') IS NULL THEN false
-                ELSE pg_catalog.pg_has_role(x.role, pg_catalog.to_regrole('cwstore_writer'),
-                                            'MEMBER') END
-        OR (pg_catalog.has_schema_privilege(x.role, 'cwstore', 'USAGE')
-            AND (pg_catalog.has_function_privilege(x.role,
-                   'cwstore.append_v1(text, json, bigint, json)', 'EXECUTE')
-                 OR pg_catalog.has_table_privilege(x.role, 'cwstore.nodes', 'INSERT')))
-  )
-  -- A 32-bit xid of a running transaction is within 2^31 below the next one: widen it
-  -- with the epoch of xmax.
-  SELECT min(CASE WHEN (v_xmax >> 32 << 32) + w.xid32 > v_xmax
-                  THEN (v_xmax >> 32 << 32) + w.xid32 - 4294967296
-                  ELSE (v_xmax >> 32 << 32) + w.xid32 END)
-    INTO v_min FROM writers w;
-  RETURN least(v_xmax, v_min);
-END $$;
-COMMENT ON FUNCTION cwstore.feed_horizon() IS
-  'The xid below which no node can still commit: the oldest running transaction of a role that may write cwstore nodes in this database, else the next xid. tail_all_v1 reads below it.';
-
--- tail_all_v1(xid, graph_id, seq, limit, max_bytes) -> nodes of every graph the caller
---   may read: up to limit nodes after the cursor (xid, graph_id, seq), in cursor order,
---   only below feed_horizon() (computed first, in a statement of its own, so the read's
---   snapshot comes after it), and no more than max_bytes of payload text past the first
---   node (NULL: no byte bound). Runs as the caller: row-level security decides what it
---   sees. In a REPEATABLE READ or SERIALIZABLE transaction the read's snapshot is the
---   transaction's, so the horizon is held to that snapshot's xmin as well.
-CREATE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
-                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
-RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
-               parents text[], payload_text text, created_at_text text, resource_key text)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_horizon bigint := cwstore.feed_horizon();
-BEGIN
-  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-    v_horizon := least(v_horizon,
-      pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint);
-  END IF;
-  RETURN QUERY
-  SELECT x.xid, x.graph_id, x.name, x.seq, x.id, x.kind, x.parents, x.payload_text,
-         x.created_at_text, x.resource_key
-    FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.xid, l.graph_id, l.seq)
-                      - octet_length(l.payload_text) AS before
-            FROM (SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents,
-                         n.payload_text, n.created_at_text, n.resource_key
-                    FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
-                   WHERE n.xid >= p_xid
-                     AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
-                     AND n.xid < v_horizon
-                   ORDER BY n.xid, n.graph_id, n.seq
-                   LIMIT p_limit) l) x
-   WHERE p_max_bytes IS NULL OR x.before = 0 OR x.before < p_max_bytes
-   ORDER BY x.xid, x.graph_id, x.seq;
-END $$;
-COMMENT ON FUNCTION cwstore.tail_all_v1(bigint, bigint, bigint, integer, bigint) IS
-  'The all-graphs feed: up to limit nodes (and max_bytes of payload past the first) after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read.';
-
--- export_parts_v1(graph, s, t, part_bytes) -> (length, seq, part, nodes, frontier)
---   export_v1 as several rows, so a graph whose JSON exceeds what one text value holds
---   (1 GB) still exports: the first row (part -1) carries length, seq and the frontier;
---   each following row a part of the nodes array, nodes in order, joined by commas,
---   about part_bytes each (a part ends after the node that reaches the size). A client
---   writes '[' || the parts joined by ',' || ']'. One statement, so one snapshot. When
---   s is beyond the graph's length, the first row alone, with a NULL frontier.
-CREATE FUNCTION cwstore.export_parts_v1(p_graph text, p_seq bigint DEFAULT NULL,
-                                        p_time timestamptz DEFAULT NULL,
-                                        p_part_bytes bigint DEFAULT 67108864)
-RETURNS TABLE (length bigint, seq bigint, part bigint, nodes text, frontier text[])
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  g record := cwstore._graph(p_graph);
-  v_seq bigint;
-BEGIN
-  IF p_seq < 0 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('a sequence number is >= 0, got %s', p_seq),
-      DETAIL = jsonb_build_object('seq', p_seq)::text;
-  END IF;
-  v_seq := CASE WHEN p_time IS NOT NULL THEN cwstore.seq_at_time(p_graph, p_time)
-                ELSE coalesce(p_seq, g.length) END;
-  IF v_seq > g.length THEN
-    RETURN QUERY SELECT g.length, v_seq, -1::bigint, NULL::text, NULL::text[];
-    RETURN;
-  END IF;
-  RETURN QUERY
-  SELECT g.length, v_seq, -1::bigint, NULL::text,
-         CASE WHEN v_seq = 0 THEN '{}'::text[] ELSE
-           ARRAY(SELECT n.id FROM cwstore._frontier_at(g.graph_id, v_seq) f
-                   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq
-                  ORDER BY f.position) END;
-  RETURN QUERY
-  SELECT g.length, v_seq, c.part, string_agg(c.node_json, ',' ORDER BY c.seq), NULL::text[]
-    FROM (SELECT n.seq, n.node_json,
-                 (sum(octet_length(n.node_json)) OVER (ORDER BY n.seq)
-                  - octet_length(n.node_json)) / greatest(p_part_bytes, 1) AS part
-            FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq <= v_seq) c
-   GROUP BY c.part
-   ORDER BY c.part;
-END $$;
-COMMENT ON FUNCTION cwstore.export_parts_v1(text, bigint, timestamptz, bigint) IS
-  'export_v1 in rows: part -1 carries (length, seq, frontier), parts 0.. the nodes array''s text in order, about part_bytes each, so graphs over 1 GB export. One snapshot.';
-
--- export_v1 is now export_parts_v1 in one part (one text value, so at most 1 GB): the
--- same results, from one definition of what a graph's export holds.
-CREATE OR REPLACE FUNCTION cwstore.export_v1(p_graph text, p_seq bigint DEFAULT NULL,
-                                             p_time timestamptz DEFAULT NULL)
-RETURNS TABLE (length bigint, seq bigint, nodes text, frontier text[])
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  WITH p AS (SELECT * FROM cwstore.export_parts_v1(p_graph, p_seq, p_time,
-                                                   4611686018427387904))
-  SELECT h.length, h.seq,
-         CASE WHEN h.frontier IS NOT NULL THEN
-           '[' || coalesce((SELECT string_agg(x.nodes, ',' ORDER BY x.part) FROM p x
-                             WHERE x.part >= 0), '') || ']' END,
-         h.frontier
-    FROM p h WHERE h.part = -1
-$$;
+COMMENT ON FUNCTION cwstore.append_v1(text, json, bigint, json) IS
+  'Append a batch of runtime nodes to a graph (created on first use), optionally declaring the frontier after it. Idempotent by id. Returns each node''s sequence, whether this call wrote it, and for nodes it did not write the stored createdAt and payload.';

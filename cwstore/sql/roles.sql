@@ -1,6 +1,6 @@
 -- roles.sql: the roles cwstore_reader and cwstore_writer and their grants, run by
 -- `cwstore init --roles` after the migrations, as the schema's owner with CREATEROLE.
--- Idempotent. What each role may do: cwstore.apply_grants() (0004_tenancy.sql).
+-- Idempotent. What each role may do: cwstore.apply_grants() (schema/50_tenancy.sql).
 -- Both are NOLOGIN group roles: grant them to login roles (GRANT cwstore_writer TO
 -- worker) and put those in tenants (SELECT cwstore.add_tenant_member(tenant, role)).
 

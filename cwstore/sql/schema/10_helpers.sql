@@ -1,0 +1,164 @@
+-- 10_helpers: the schema, and the pure helper functions everything else uses (no
+-- table access): the open-span sentinel, payload and JSON text helpers, createdAt
+-- parsing, the boxes of the span indexes, a node's JSON text, and the raising of a
+-- validation error.
+--
+-- SQLSTATEs raised: CW400 (cwstore._violation; DETAIL is a JSON object with code,
+-- graph_id, seq, index, node_id, path, message).
+
+CREATE SCHEMA IF NOT EXISTS cwstore;
+
+-- ---------------------------------------------------------------------------------
+-- helpers
+-- ---------------------------------------------------------------------------------
+
+-- The open-span sentinel: the to_seq of a frontier span or key version that is still
+-- open. Written as this call everywhere, index predicates included: it is folded into
+-- the constant when a statement is planned, so partial indexes still match.
+CREATE FUNCTION cwstore.infinity_seq() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 9223372036854775807::bigint $$;
+COMMENT ON FUNCTION cwstore.infinity_seq() IS
+  'The to_seq of a span that is still open (a current head).';
+
+-- The ten node kinds of AgentState v1, listed once: the nodes table's CHECK, append_v1's
+-- validation and the projection's counts read them from here. A call with no argument
+-- to an IMMUTABLE function is folded into a constant when a statement is planned, so
+-- this costs nothing per row.
+CREATE FUNCTION cwstore.node_kinds() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT ARRAY['system', 'goal', 'inference', 'answer', 'tool_call', 'tool_result',
+               'resource', 'semantic', 'protocol_error', 'verification']
+$$;
+COMMENT ON FUNCTION cwstore.node_kinds() IS
+  'The ten node kinds of AgentState v1, in the runtime''s order.';
+
+-- The queryable jsonb copy of a payload. jsonb refuses \u0000, so the escape becomes
+-- U+FFFD here; payload_text keeps the exact text. Escaped backslash pairs are set
+-- aside first so that a literal "\\u0000" (backslash, then u0000) is left alone.
+CREATE FUNCTION cwstore.payload_jsonb(payload_text text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN strpos(payload_text, '\u0000') = 0 THEN payload_text::jsonb
+         ELSE replace(replace(replace(payload_text, '\\', E'\x01'), '\u0000', '\ufffd'),
+                      E'\x01', '\\')::jsonb END
+$$;
+COMMENT ON FUNCTION cwstore.payload_jsonb(text) IS
+  'jsonb copy of an exact payload text (U+0000 shown as U+FFFD).';
+
+-- PostgreSQL's JSON functions refuse the escape \u0000 when they read a document. To
+-- pass such a document through them, _nul_hide rewrites it reversibly: escaped
+-- backslashes are doubled and each \u0000 becomes an escaped backslash followed by
+-- "u0000"; _nul_show undoes it on any member's text taken out of the hidden document.
+CREATE FUNCTION cwstore._nul_hide(doc text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT replace(replace(replace(doc, '\\', E'\x01'), '\u0000', '\\u0000'),
+                 E'\x01', '\\\\')
+$$;
+
+CREATE FUNCTION cwstore._nul_show(doc text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT replace(replace(replace(doc, '\\\\', E'\x01'), '\\u0000', '\u0000'),
+                 E'\x01', '\\')
+$$;
+
+-- createdAt is checked to be RFC 3339 with an explicit zone (nodes_created_at_check), so
+-- parsing it does not depend on the session's TimeZone or DateStyle: that is what makes
+-- IMMUTABLE true. PostgreSQL keeps microseconds; a createdAt with more digits is rounded
+-- UP to the next microsecond, so "createdAt <= T" stays exact for any T it can hold.
+-- (plpgsql: a non-inlinable SQL function costs more per row in a bulk load.)
+CREATE FUNCTION cwstore.parse_time(created_at text) RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_local text;
+  v_zone text;
+  v_t timestamp;
+BEGIN
+  -- Split the zone off and apply it by hand: RFC 3339 allows offsets up to +-23:59,
+  -- PostgreSQL's timestamptz input only up to +-15:59.
+  IF right(created_at, 1) IN ('Z', 'z') THEN
+    v_local := left(created_at, length(created_at) - 1);
+    v_zone := '+00:00';
+  ELSIF substr(created_at, length(created_at) - 5, 1) NOT IN ('+', '-')
+        OR substr(created_at, length(created_at) - 2, 1) <> ':' THEN
+    RETURN NULL;  -- no zone: nodes_created_at_check refuses the row
+  ELSE
+    v_local := left(created_at, length(created_at) - 6);
+    v_zone := right(created_at, 6);
+  END IF;
+  IF v_local ~ '\.\d{7}' THEN
+    v_t := regexp_replace(v_local, '(\.\d{6})\d+', '\1')::timestamp
+           + CASE WHEN substring(v_local FROM '\.\d{6}(\d+)') ~ '[1-9]'
+                  THEN interval '1 microsecond' ELSE interval '0' END;
+  ELSE
+    v_t := v_local::timestamp;
+  END IF;
+  RETURN (v_t - (CASE left(v_zone, 1) WHEN '-' THEN -1 ELSE 1 END)
+                * make_interval(hours => substr(v_zone, 2, 2)::int,
+                                mins => substr(v_zone, 5, 2)::int)) AT TIME ZONE 'UTC';
+END $$;
+
+CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT box(point(graph_id, seq), point(graph_id, seq))
+$$;
+
+CREATE FUNCTION cwstore._violation(code text, graph_id bigint, seq bigint, node_id text,
+                                   path text, message text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'CW400', MESSAGE = code || ': ' || message,
+    DETAIL = jsonb_build_object('code', code, 'graph_id', graph_id, 'seq', seq,
+                                'index', seq - 1, 'node_id', node_id, 'path', path,
+                                'message', message)::text;
+END $$;
+
+
+-- A closed frontier span as a box: x spans graph_id +- 0.25, y spans from_seq ..
+-- to_seq - 0.5. Why a width: with zero-width boxes every box has zero area, GiST's
+-- insertion penalty (area enlargement) is zero everywhere and the tree ends up
+-- unordered: finding the heads at s in 200,000 spans read ~390 index pages. With a
+-- width, the area grows with the span's length and the tree clusters by sequence: 3-5
+-- pages. The index holds closed spans only (partial): a span is written
+-- open (to_seq infinite) and closed later by an UPDATE, and an open version's box,
+-- even once dead and vacuumed, would leave its parents' boxes stretched to infinity
+-- (GiST never shrinks them). Open spans are the current heads, found through
+-- frontier_spans_current_idx.
+CREATE FUNCTION cwstore.span_band(graph_id bigint, from_seq bigint, to_seq bigint) RETURNS box
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT box(point(graph_id::float8 - 0.25, from_seq), point(graph_id::float8 + 0.25,
+                                                            to_seq::float8 - 0.5))
+$$;
+COMMENT ON FUNCTION cwstore.span_band(bigint, bigint, bigint) IS
+  'A validity span [from_seq, to_seq) of one graph as a box half a unit wide, for frontier_spans_closed_idx: span_band(...) @> at_box(graph_id, s) means valid at s.';
+
+-- _json_member_text(doc, member) -> text
+--   The exact JSON text of one member of a JSON object given as text (as the runtime
+--   wrote it: member order, spacing, escapes), NULL if absent (the last one if repeated,
+--   as jsonb reads it). The json type keeps a value's text, so -> on it returns the
+--   member's text verbatim; PostgreSQL's json operators refuse the escape \u0000
+--   anywhere in the document, so such a document goes through the reversible
+--   cwstore._nul_hide first and the member's text through cwstore._nul_show after.
+--   Cost: one parse of the document.
+CREATE FUNCTION cwstore._json_member_text(p_doc text, p_member text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN strpos(p_doc, '\u0000') = 0 THEN (p_doc::json -> p_member)::text
+         ELSE cwstore._nul_show((cwstore._nul_hide(p_doc)::json -> p_member)::text)
+         END
+$$;
+COMMENT ON FUNCTION cwstore._json_member_text(text, text) IS
+  'Private: exact JSON text of a member of a JSON object text, \u0000 escapes included.';
+
+-- The runtime's JSON object of a node, fields in the runtime's order (the same text the
+-- export query built before). IMMUTABLE is true here though to_json is STABLE in
+-- general: for text and text[] its output depends on no setting.
+CREATE FUNCTION cwstore.node_json(p_id text, p_kind text, p_parents text[], p_payload text,
+                                  p_created_at text, p_seq bigint, p_resource_key text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT '{"id":' || to_json(p_id)::text || ',"kind":' || to_json(p_kind)::text
+         || ',"parents":' || array_to_json(p_parents)::text || ',"payload":' || p_payload
+         || ',"createdAt":' || to_json(p_created_at)::text || ',"sequence":' || p_seq
+         || CASE WHEN p_resource_key IS NULL THEN ''
+                 ELSE ',"resourceKey":' || to_json(p_resource_key)::text END
+         || '}'
+$$;
+COMMENT ON FUNCTION cwstore.node_json(text, text, text[], text, text, bigint, text) IS
+  'A node as the runtime''s JSON object text (id, kind, parents, payload, createdAt, sequence, resourceKey?), payload verbatim.';

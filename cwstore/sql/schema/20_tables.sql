@@ -1,0 +1,172 @@
+-- 20_tables: the tables, their indexes and their comments.
+--
+-- graphs holds one row per graph (the per-graph lock of the append path); nodes is the
+-- append-only log; edges, frontier_spans, key_versions, key_heads and kind_counts are
+-- derived from nodes by its insert triggers (40_derive.sql), current and historical;
+-- frontier_declarations records frontiers declared by writers; tenant_members says
+-- which roles belong to which tenant (50_tenancy.sql); listeners who follows the
+-- channel cwstore (80_listeners.sql).
+--
+-- Every unique key of a table keyed by graph begins with graph_id, so each graph's rows
+-- can live together on one node of a distributed PostgreSQL.
+
+CREATE TABLE cwstore.graphs (
+  graph_id    bigint GENERATED ALWAYS AS IDENTITY,
+  name        text NOT NULL,
+  tenant      text NOT NULL DEFAULT 'default',
+  vocabulary  text[],
+  length      bigint NOT NULL DEFAULT 0,
+  created_at  timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
+  CONSTRAINT graphs_name_key UNIQUE (name),
+  CONSTRAINT graphs_length_check CHECK (length >= 0),
+  CONSTRAINT graphs_vocabulary_check CHECK (
+    vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32
+                           AND array_position(vocabulary, NULL) IS NULL))
+);
+COMMENT ON TABLE cwstore.graphs IS
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). The row is the per-graph lock of the append path.';
+
+CREATE TABLE cwstore.nodes (
+  graph_id         bigint NOT NULL,
+  seq              bigint NOT NULL,
+  id               text COLLATE "C" NOT NULL,
+  kind             text NOT NULL,
+  parents          text[] NOT NULL,
+  payload_text     text NOT NULL,
+  created_at_text  text NOT NULL,
+  created_at       timestamptz GENERATED ALWAYS AS (cwstore.parse_time(created_at_text)) STORED,
+  resource_key     text COLLATE "C",
+  recorded_at      timestamptz NOT NULL DEFAULT now(),
+  xid              bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
+  node_json        text GENERATED ALWAYS AS (cwstore.node_json(id, kind, parents, payload_text,
+                                                               created_at_text, seq,
+                                                               resource_key)) STORED,
+  CONSTRAINT nodes_pkey PRIMARY KEY (graph_id, seq),
+  CONSTRAINT nodes_id_key UNIQUE (graph_id, id),
+  CONSTRAINT nodes_seq_check CHECK (seq >= 1),
+  CONSTRAINT nodes_id_check CHECK (length(id) = 27 AND left(id, 3) = 'cw_'
+                                   AND translate(substr(id, 4), '0123456789abcdef', '') = ''),
+  CONSTRAINT nodes_kind_check CHECK (kind = ANY (cwstore.node_kinds())),
+  CONSTRAINT nodes_created_at_check CHECK (created_at_text ~
+    '^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$'),
+  CONSTRAINT nodes_resource_key_check CHECK (resource_key <> '')
+);
+COMMENT ON TABLE cwstore.nodes IS
+  'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid orders the all-graphs feed: the writing transaction''s 64-bit id, raised when needed to the graph''s previous node''s so it never goes back within a graph (append_v1 does this; see tail_all).';
+COMMENT ON COLUMN cwstore.nodes.node_json IS
+  'The node as the runtime''s JSON object, as export writes it (payload verbatim); computed when stored.';
+
+CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at);
+-- Transactions write their rows together and xids grow with time, so a block-range
+-- index finds "rows after this xid" at almost no cost to writers.
+CREATE INDEX nodes_xid_idx ON cwstore.nodes USING brin (xid) WITH (autosummarize = on);
+
+CREATE TABLE cwstore.edges (
+  graph_id    bigint NOT NULL,
+  child_seq   bigint NOT NULL,
+  position    integer NOT NULL,
+  parent_seq  bigint NOT NULL,
+  CONSTRAINT edges_pkey PRIMARY KEY (graph_id, child_seq, position),
+  CONSTRAINT edges_order_check CHECK (parent_seq < child_seq AND parent_seq >= 1)
+);
+CREATE INDEX edges_parent_idx ON cwstore.edges (graph_id, parent_seq, child_seq);
+COMMENT ON TABLE cwstore.edges IS
+  'Parent links by sequence: child''s parents[position] is parent_seq. Written by the nodes trigger only.';
+
+CREATE TABLE cwstore.frontier_spans (
+  graph_id  bigint NOT NULL,
+  head_seq  bigint NOT NULL,
+  from_seq  bigint NOT NULL,
+  ord       integer NOT NULL DEFAULT 0,
+  to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
+  CONSTRAINT frontier_spans_check CHECK (from_seq < to_seq AND head_seq <= from_seq)
+);
+-- The current heads: open spans.
+CREATE INDEX frontier_spans_current_idx ON cwstore.frontier_spans (graph_id, head_seq)
+  WHERE to_seq = cwstore.infinity_seq();
+-- The frontier at s, closed spans: see cwstore.span_band (10_helpers.sql) for the box's
+-- shape.
+CREATE INDEX frontier_spans_closed_idx ON cwstore.frontier_spans
+  USING gist (cwstore.span_band(graph_id, from_seq, to_seq))
+  WHERE to_seq <> cwstore.infinity_seq();
+COMMENT ON TABLE cwstore.frontier_spans IS
+  'Frontier history: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for current heads.';
+
+CREATE TABLE cwstore.frontier_declarations (
+  declaration_id  bigint GENERATED ALWAYS AS IDENTITY,
+  graph_id        bigint NOT NULL,
+  seq             bigint NOT NULL,
+  heads           text[] NOT NULL,
+  declared_at     timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT frontier_declarations_pkey PRIMARY KEY (graph_id, declaration_id)
+);
+CREATE INDEX frontier_declarations_seq_idx ON cwstore.frontier_declarations (graph_id, seq);
+COMMENT ON TABLE cwstore.frontier_declarations IS
+  'Frontiers declared by writers (an imported document''s, or one given with an append), exactly as given, at the graph length when declared.';
+
+CREATE TABLE cwstore.key_versions (
+  graph_id  bigint NOT NULL,
+  key       text NOT NULL,
+  version   integer NOT NULL,
+  node_seq  bigint NOT NULL,
+  to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
+  CONSTRAINT key_versions_check CHECK (node_seq < to_seq AND version >= 1)
+);
+-- Versions grow with node_seq along a key, so one index serves "version n" and "the
+-- version in force at s"; written only by the nodes trigger, it needs no other key.
+CREATE UNIQUE INDEX key_versions_seq_idx ON cwstore.key_versions (graph_id, key, node_seq);
+-- The heads of every key at s: a version is the head of its key for
+-- node_seq <= s < to_seq, the same validity interval as a frontier span, so the same box
+-- index finds every closed version valid at s in one GiST scan; the versions still open
+-- are the current heads (key_heads).
+CREATE INDEX key_versions_closed_idx ON cwstore.key_versions
+  USING gist (cwstore.span_band(graph_id, node_seq, to_seq))
+  WHERE to_seq <> cwstore.infinity_seq();
+COMMENT ON TABLE cwstore.key_versions IS
+  'Every version of every resource key (semantic keys included): version counts from 1 along the chain; the version is the head for node_seq <= s < to_seq.';
+
+CREATE TABLE cwstore.key_heads (
+  graph_id   bigint NOT NULL,
+  key        text NOT NULL,
+  head_seq   bigint NOT NULL,
+  head_id    text NOT NULL,
+  version    integer NOT NULL,
+  first_seq  bigint NOT NULL,
+  CONSTRAINT key_heads_pkey PRIMARY KEY (graph_id, key)
+);
+-- Semantic keys of a graph without reading its other resource keys. A partial index,
+-- not a LIKE prefix range, because prefix ranges on text only work under the C
+-- collation and the database's collation is not ours to choose.
+CREATE INDEX key_heads_semantic_idx ON cwstore.key_heads (graph_id, key)
+  WHERE starts_with(key, 'semantic:');
+COMMENT ON TABLE cwstore.key_heads IS
+  'The current head of every resource key, with its version number and the sequence the key first appeared at.';
+
+CREATE TABLE cwstore.kind_counts (
+  graph_id  bigint NOT NULL,
+  kind      text NOT NULL,
+  seq       bigint NOT NULL,
+  n         bigint NOT NULL,
+  CONSTRAINT kind_counts_pkey PRIMARY KEY (graph_id, kind, seq)
+);
+COMMENT ON TABLE cwstore.kind_counts IS
+  'One row per node: n is how many nodes of its kind the graph holds up to and including seq. Counts by kind at any sequence, and the latest node of a kind, are index lookups.';
+
+CREATE TABLE cwstore.tenant_members (
+  tenant    text NOT NULL,
+  member    name NOT NULL,
+  added_at  timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT tenant_members_pkey PRIMARY KEY (tenant, member),
+  CONSTRAINT tenant_members_tenant_check CHECK (tenant <> '')
+);
+COMMENT ON TABLE cwstore.tenant_members IS
+  'Which roles belong to which tenant: member (a role name) and every role that is a member of it may read and write the graphs whose tenant is tenant. Not secret, like pg_auth_members: every cwstore role may read it.';
+
+CREATE UNLOGGED TABLE cwstore.listeners (
+  pid     integer NOT NULL,
+  since   timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT listeners_pkey PRIMARY KEY (pid)
+);
+COMMENT ON TABLE cwstore.listeners IS
+  'Backends that LISTEN on channel cwstore (cwstore.listen_v1): the nodes trigger sends its wake-up only while this table holds a row. Unlogged: after a crash nobody listens.';

@@ -1,0 +1,106 @@
+-- 30_guards: history is append-only; derived tables are written by the nodes trigger
+-- only; a graph's id, name and length are kept by cwstore.
+--
+-- The guards of the derived tables and of graphs' UPDATE fire only for the writes they
+-- refuse: a trigger's WHEN condition is evaluated without entering the function, and
+-- pg_trigger_depth() there is the depth of the statement that writes (0 for a client's
+-- own statement, 1 inside the nodes trigger). Entering a plpgsql function only to be let
+-- through cost about a fifth of a single-node append.
+--
+-- SQLSTATEs raised: CW403 (DETAIL {"table", "operation"}, and "graph" for graphs).
+
+CREATE FUNCTION cwstore._refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'CW403',
+    MESSAGE = format('cwstore.%s is append-only history: %s refused', TG_TABLE_NAME, TG_OP),
+    DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text;
+END $$;
+
+CREATE FUNCTION cwstore._derived_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF pg_trigger_depth() < 2 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('cwstore.%s is derived from cwstore.nodes and written by its trigger only: %s refused',
+                       TG_TABLE_NAME, TG_OP),
+      DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text;
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER nodes_append_only BEFORE UPDATE OR DELETE ON cwstore.nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER nodes_no_truncate BEFORE TRUNCATE ON cwstore.nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_append_only BEFORE UPDATE OR DELETE ON cwstore.edges
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_no_truncate BEFORE TRUNCATE ON cwstore.edges
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_derived BEFORE INSERT ON cwstore.edges
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER frontier_declarations_append_only BEFORE UPDATE OR DELETE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER frontier_declarations_no_truncate BEFORE TRUNCATE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER frontier_spans_derived BEFORE INSERT OR UPDATE OR DELETE
+  ON cwstore.frontier_spans
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER frontier_spans_no_truncate BEFORE TRUNCATE ON cwstore.frontier_spans
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER key_versions_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.key_versions
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER key_versions_no_truncate BEFORE TRUNCATE ON cwstore.key_versions
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER key_heads_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.key_heads
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER key_heads_no_truncate BEFORE TRUNCATE ON cwstore.key_heads
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER kind_counts_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.kind_counts
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER kind_counts_no_truncate BEFORE TRUNCATE ON cwstore.kind_counts
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER graphs_no_truncate BEFORE TRUNCATE ON cwstore.graphs
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+
+CREATE FUNCTION cwstore._graphs_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    IF OLD.length > 0 THEN
+      RAISE EXCEPTION USING ERRCODE = 'CW403',
+        MESSAGE = format('graph %L holds %s nodes of history: DELETE refused', OLD.name, OLD.length),
+        DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'DELETE', 'graph', OLD.name)::text;
+    END IF;
+    RETURN OLD;
+  END IF;
+  IF NEW.graph_id <> OLD.graph_id OR NEW.name <> OLD.name
+     OR (NEW.length <> OLD.length AND pg_trigger_depth() < 2) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('graph %L: its id, name and length are kept by cwstore: UPDATE refused', OLD.name),
+      DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
+  END IF;
+  IF NEW.vocabulary IS DISTINCT FROM OLD.vocabulary AND OLD.length > 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('graph %L holds nodes: its vocabulary cannot change', OLD.name),
+      DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
+  END IF;
+  RETURN NEW;
+END $$;
+
+
+-- graphs: DELETE is always checked; an UPDATE only when a client sends it or when it
+-- touches what nobody may change (the nodes trigger moves length, nothing else).
+CREATE TRIGGER graphs_guard_delete BEFORE DELETE ON cwstore.graphs
+  FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_guard();
+CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
+  FOR EACH ROW WHEN (pg_trigger_depth() < 1 OR NEW.graph_id <> OLD.graph_id
+                     OR NEW.name <> OLD.name OR NEW.vocabulary IS DISTINCT FROM OLD.vocabulary)
+  EXECUTE FUNCTION cwstore._graphs_guard();

@@ -1,0 +1,489 @@
+-- 40_derive: the nodes triggers, which check a whole statement's new rows and write
+-- what is derived from them, in the same transaction: edges, frontier spans, resource
+-- key versions and heads, running counts by kind, and the graph's new length; and the
+-- trigger of declared frontiers.
+--
+-- Whoever writes (append_v1, import_rows_v1, a COPY by the owner, psql), every invariant
+-- the database can hold is checked here: parents that exist, come earlier and are sorted,
+-- semantic payloads of the right shape and vocabulary, resource chains that link to the
+-- key's head, gapless sequences.
+--
+-- SQLSTATEs raised: CW400 validation (detail: code, index, node_id, path, message),
+-- CW404 unknown graph, CW410 chain conflict on a resource key.
+
+CREATE FUNCTION cwstore._chain_conflict(p_graph_id bigint, p_key text, p_seq bigint,
+                                         p_id text, p_expected text, p_parents text[])
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_name text;
+  v_linked text;
+BEGIN
+  SELECT name INTO v_name FROM cwstore.graphs WHERE graph_id = p_graph_id;
+  SELECT m.id INTO v_linked FROM cwstore.nodes m
+   WHERE m.graph_id = p_graph_id AND m.resource_key = p_key AND m.id = ANY (p_parents)
+     AND m.seq < p_seq
+   ORDER BY m.seq DESC LIMIT 1;
+  RAISE EXCEPTION USING ERRCODE = 'CW410',
+    MESSAGE = format('key %L moved on: node %s links to %s, the key''s head is %s',
+                     p_key, p_id, coalesce(v_linked, 'no version'), p_expected),
+    DETAIL = jsonb_build_object('graph', v_name, 'key', p_key, 'node_id', p_id, 'seq', p_seq,
+                                'linked_head', v_linked, 'current_head', p_expected)::text;
+END $$;
+
+-- Two trigger functions, written out in full below: the statements of a trigger
+-- function are planned once per session and the plans kept, so a plan made for a
+-- one-node append would be reused for a 100,000-node import and the other way round.
+-- For batches of up to 256 rows, _nodes_inserted_small derives with a loop of short
+-- index lookups and writes per node; for larger ones, _nodes_inserted_bulk with
+-- set-based statements over the whole transition table (and more work_mem: it sorts
+-- and hashes whole batches). Both fire; the one not concerned returns at once. The test
+-- suites run both: appends and small imports take the loop, large imports the sets.
+--
+-- The two bodies are the same text but for the size guard and how they derive, each
+-- between the lines "-- not shared: ..." and "-- end not shared": a unit test
+-- (tests/unit/test_schema_files.py) fails if the rest drifts apart.
+
+CREATE FUNCTION cwstore._nodes_inserted_small() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+DECLARE
+  r record;
+  nd record;
+  v_head record;
+  v_pid text;
+  v_prev text;
+  v_pseq bigint;
+  v_pseqs bigint[];
+  v_pos integer;
+  v_folds boolean;
+  v_count bigint;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
+BEGIN
+  SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
+    INTO v_rows, v_semantic, v_keyed FROM new_nodes;
+  -- not shared: the size guard
+  IF v_rows > 256 OR v_rows = 0 THEN RETURN NULL; END IF;
+  -- end not shared
+
+  -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
+  IF v_semantic THEN
+  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
+    INTO r
+    FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
+                 cwstore.payload_jsonb(n.payload_text) AS payload
+            FROM new_nodes n WHERE n.kind = 'semantic') n
+    JOIN LATERAL (SELECT g.vocabulary FROM cwstore.graphs g
+                   WHERE g.graph_id = n.graph_id LIMIT 1) g ON true
+   WHERE NOT (
+         jsonb_typeof(n.payload) = 'object'
+     AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
+         = ARRAY['content', 'key', 'type']
+     AND jsonb_typeof(n.payload -> 'type') = 'string'
+     AND jsonb_typeof(n.payload -> 'key') = 'string'
+     AND (n.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+     AND (n.payload ->> 'key') ~ '^[a-z0-9_./:-]{1,120}$'
+     AND n.resource_key IS NOT DISTINCT FROM
+         ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
+     AND (g.vocabulary IS NULL OR (n.payload ->> 'type') = ANY (g.vocabulary)))
+   LIMIT 1;
+  IF FOUND THEN
+    IF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+       AND r.vocabulary IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (r.vocabulary))
+       AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
+           = ARRAY['content', 'key', 'type'] THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
+    ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is malformed', r.payload ->> 'type'));
+    END IF;
+    PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
+      'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+  END IF;
+  END IF;
+
+  -- not shared: how this function derives
+  -- One node at a time, in sequence order: the same checks and the same derived rows
+  -- as the set-based statements of the bulk path, each a short index lookup or write,
+  -- which is what a single append needs.
+  FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
+    v_folds := NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0));
+    v_pseqs := '{}';
+    v_prev := NULL;
+    FOREACH v_pid IN ARRAY nd.parents LOOP
+      v_pos := cardinality(v_pseqs);
+      IF v_prev IS NOT NULL AND v_prev COLLATE "C" >= v_pid COLLATE "C" THEN
+        PERFORM cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
+          format('$.parents[%s]', v_pos), 'parents must be sorted ascending and listed once');
+      END IF;
+      SELECT m.seq INTO v_pseq FROM cwstore.nodes m
+       WHERE m.graph_id = nd.graph_id AND m.id = v_pid;
+      IF NOT FOUND THEN
+        PERFORM cwstore._violation('missing_parent', nd.graph_id, nd.seq, nd.id,
+          format('$.parents[%s]', v_pos), format('parent %s does not exist', v_pid));
+      ELSIF v_pseq >= nd.seq THEN
+        PERFORM cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
+          format('$.parents[%s]', v_pos), format('parent %s is not earlier in sequence', v_pid));
+      END IF;
+      v_pseqs := v_pseqs || v_pseq;
+      v_prev := v_pid;
+    END LOOP;
+    IF cardinality(v_pseqs) > 0 THEN
+      INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+      SELECT nd.graph_id, nd.seq, u.o::integer - 1, u.s
+        FROM unnest(v_pseqs) WITH ORDINALITY AS u(s, o);
+      IF v_folds THEN
+        UPDATE cwstore.frontier_spans SET to_seq = nd.seq
+         WHERE graph_id = nd.graph_id AND head_seq = ANY (v_pseqs)
+           AND to_seq = cwstore.infinity_seq();
+      END IF;
+    END IF;
+    IF v_folds THEN
+      INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)
+      VALUES (nd.graph_id, nd.seq, nd.seq, 0);
+    END IF;
+
+    IF nd.resource_key IS NOT NULL THEN
+      SELECT h.head_seq, h.head_id, h.version INTO v_head
+        FROM cwstore.key_heads h WHERE h.graph_id = nd.graph_id AND h.key = nd.resource_key;
+      IF FOUND THEN
+        IF NOT (v_head.head_id = ANY (nd.parents)) THEN
+          PERFORM cwstore._chain_conflict(nd.graph_id, nd.resource_key, nd.seq, nd.id,
+                                          v_head.head_id, nd.parents);
+        END IF;
+        UPDATE cwstore.key_versions SET to_seq = nd.seq
+         WHERE graph_id = nd.graph_id AND key = nd.resource_key AND node_seq = v_head.head_seq;
+        UPDATE cwstore.key_heads SET head_seq = nd.seq, head_id = nd.id, version = v_head.version + 1
+         WHERE graph_id = nd.graph_id AND key = nd.resource_key;
+        INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq)
+        VALUES (nd.graph_id, nd.resource_key, v_head.version + 1, nd.seq);
+      ELSE
+        INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
+        VALUES (nd.graph_id, nd.resource_key, nd.seq, nd.id, 1, nd.seq);
+        INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq)
+        VALUES (nd.graph_id, nd.resource_key, 1, nd.seq);
+      END IF;
+    END IF;
+
+    SELECT k.n INTO v_count FROM cwstore.kind_counts k
+     WHERE k.graph_id = nd.graph_id AND k.kind = nd.kind ORDER BY k.seq DESC LIMIT 1;
+    INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+    VALUES (nd.graph_id, nd.kind, nd.seq, coalesce(v_count, 0) + 1);
+  END LOOP;
+  -- end not shared
+
+  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
+  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
+  WITH x AS (
+    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+      FROM new_nodes GROUP BY graph_id
+  ), u AS (
+    UPDATE cwstore.graphs g SET length = x.hi
+      FROM x
+     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
+    RETURNING g.graph_id, g.length
+  ), woken AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM cwstore.listeners) THEN pg_notify('cwstore', u.graph_id || ':' || u.length) END FROM u
+  )
+  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
+  IF v_rows > 0 THEN
+    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
+      INTO r
+      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+              FROM new_nodes GROUP BY graph_id) x
+      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
+                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
+     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
+     LIMIT 1;
+    IF FOUND THEN
+      IF r.missing THEN
+        RAISE EXCEPTION USING ERRCODE = 'CW404',
+          MESSAGE = format('graph id %s does not exist', r.graph_id),
+          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+      END IF;
+      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+    END IF;
+  END IF;
+  RETURN NULL;
+END
+$body$;
+
+CREATE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger
+LANGUAGE plpgsql
+SET work_mem = '64MB' AS $body$
+DECLARE
+  r record;
+  nd record;
+  v_head record;
+  v_pid text;
+  v_prev text;
+  v_pseq bigint;
+  v_pseqs bigint[];
+  v_pos integer;
+  v_folds boolean;
+  v_count bigint;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
+BEGIN
+  SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
+    INTO v_rows, v_semantic, v_keyed FROM new_nodes;
+  -- not shared: the size guard
+  IF v_rows <= 256 THEN RETURN NULL; END IF;
+  -- end not shared
+
+  -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
+  IF v_semantic THEN
+  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
+    INTO r
+    FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
+                 cwstore.payload_jsonb(n.payload_text) AS payload
+            FROM new_nodes n WHERE n.kind = 'semantic') n
+    JOIN LATERAL (SELECT g.vocabulary FROM cwstore.graphs g
+                   WHERE g.graph_id = n.graph_id LIMIT 1) g ON true
+   WHERE NOT (
+         jsonb_typeof(n.payload) = 'object'
+     AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
+         = ARRAY['content', 'key', 'type']
+     AND jsonb_typeof(n.payload -> 'type') = 'string'
+     AND jsonb_typeof(n.payload -> 'key') = 'string'
+     AND (n.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+     AND (n.payload ->> 'key') ~ '^[a-z0-9_./:-]{1,120}$'
+     AND n.resource_key IS NOT DISTINCT FROM
+         ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
+     AND (g.vocabulary IS NULL OR (n.payload ->> 'type') = ANY (g.vocabulary)))
+   LIMIT 1;
+  IF FOUND THEN
+    IF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+       AND r.vocabulary IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (r.vocabulary))
+       AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
+           = ARRAY['content', 'key', 'type'] THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
+    ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is malformed', r.payload ->> 'type'));
+    END IF;
+    PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
+      'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+  END IF;
+  END IF;
+
+  -- not shared: how this function derives
+  -- Parents: resolve, check existence, order and uniqueness, and record the edges; then
+  -- close the frontier spans of parents and open spans for the new heads (SPEC 4's fold:
+  -- semantic nodes and parentless system nodes leave the frontier alone).
+  WITH p AS (
+    SELECT n.graph_id, n.seq AS child_seq, n.id AS child_id, u.ord::integer - 1 AS position,
+           u.pid, n.parents[u.ord - 1] AS prev_pid,
+           NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+             AS folds
+      FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS u(pid, ord)
+  ), resolved AS (
+    SELECT p.graph_id, p.child_seq, p.position, p.folds,
+           CASE
+             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p.graph_id,
+               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+               format('parent %s does not exist', p.pid))
+             WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p.graph_id,
+               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+               format('parent %s is not earlier in sequence', p.pid))
+             WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+               THEN cwstore._violation('parent_order', p.graph_id, p.child_seq, p.child_id,
+               format('$.parents[%s]', p.position),
+               'parents must be sorted ascending and listed once')
+             ELSE m.seq
+           END AS parent_seq
+      FROM p
+      -- Parents in the batch itself are found by a join with it; only the others are
+      -- looked up one by one in the index (never a scan of the whole table).
+      LEFT JOIN new_nodes b ON b.graph_id = p.graph_id AND b.id = p.pid
+      LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                                 WHERE m.graph_id = p.graph_id
+                                                   AND m.id = p.pid LIMIT 1)) AS seq) m
+        ON true
+  ), ins AS (
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    SELECT graph_id, child_seq, position, parent_seq FROM resolved
+  ), closes AS (
+    SELECT graph_id, parent_seq, min(child_seq) AS close_seq
+      FROM resolved WHERE folds
+     GROUP BY graph_id, parent_seq
+  ), closed AS (
+    -- Only open spans (the partial index), so this join stays small at any size.
+    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+      FROM closes c
+     WHERE s.graph_id = c.graph_id AND s.head_seq = c.parent_seq
+       AND s.to_seq = cwstore.infinity_seq()
+  )
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+  SELECT n.graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+    FROM new_nodes n LEFT JOIN closes c ON c.graph_id = n.graph_id AND c.parent_seq = n.seq
+   WHERE NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0));
+
+  -- Resource chains: the first new version of a key must link to the key's head, each
+  -- later one in the batch to the one before it. A node that does not is a lost race
+  -- (CW410), whoever wrote it.
+  IF v_keyed THEN
+  WITH k AS (
+    SELECT k.*, h.version AS base_version, h.head_seq,
+           CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+      FROM (SELECT n.graph_id, n.resource_key AS key, n.seq, n.id, n.parents,
+                   row_number() OVER w AS rn, lag(n.id) OVER w AS prev_id,
+                   lead(n.seq) OVER w AS next_seq, first_value(n.seq) OVER w AS batch_first
+              FROM new_nodes n
+             WHERE n.resource_key IS NOT NULL
+            WINDOW w AS (PARTITION BY n.graph_id, n.resource_key ORDER BY n.seq)) k
+      LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                          WHERE h.graph_id = k.graph_id AND h.key = k.key LIMIT 1) h ON true
+  ), checked AS (
+    SELECT k.*,
+           CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                THEN coalesce(k.base_version, 0) + k.rn
+                ELSE cwstore._chain_conflict(k.graph_id, k.key, k.seq, k.id, k.expected,
+                                             k.parents)
+           END AS version
+      FROM k
+  ), ins AS (
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    SELECT graph_id, key, version, seq, coalesce(next_seq, cwstore.infinity_seq())
+      FROM checked
+    RETURNING 1
+  ), upd AS (
+    UPDATE cwstore.key_versions v SET to_seq = c.seq
+      FROM checked c
+     WHERE c.rn = 1 AND c.head_seq IS NOT NULL
+       AND v.graph_id = c.graph_id AND v.key = c.key AND v.node_seq = c.head_seq
+    RETURNING 1
+  )
+  INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+  SELECT graph_id, key, seq, id, version, batch_first
+    FROM checked WHERE next_seq IS NULL
+  ON CONFLICT (graph_id, key) DO UPDATE
+    SET head_seq = excluded.head_seq, head_id = excluded.head_id, version = excluded.version;
+  END IF;
+
+  -- Running counts by kind.
+  WITH base AS MATERIALIZED (
+    SELECT d.graph_id, d.kind,
+           coalesce((SELECT k.n FROM cwstore.kind_counts k
+                      WHERE k.graph_id = d.graph_id AND k.kind = d.kind
+                      ORDER BY k.seq DESC LIMIT 1), 0) AS n
+      FROM (SELECT DISTINCT graph_id, kind FROM new_nodes) d
+  )
+  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+  SELECT n.graph_id, n.kind, n.seq,
+         b.n + row_number() OVER (PARTITION BY n.graph_id, n.kind ORDER BY n.seq)
+    FROM new_nodes n JOIN base b ON b.graph_id = n.graph_id AND b.kind = n.kind;
+  -- end not shared
+
+  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
+  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
+  WITH x AS (
+    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+      FROM new_nodes GROUP BY graph_id
+  ), u AS (
+    UPDATE cwstore.graphs g SET length = x.hi
+      FROM x
+     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
+    RETURNING g.graph_id, g.length
+  ), woken AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM cwstore.listeners) THEN pg_notify('cwstore', u.graph_id || ':' || u.length) END FROM u
+  )
+  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
+  IF v_rows > 0 THEN
+    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
+      INTO r
+      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
+              FROM new_nodes GROUP BY graph_id) x
+      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
+                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
+     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
+     LIMIT 1;
+    IF FOUND THEN
+      IF r.missing THEN
+        RAISE EXCEPTION USING ERRCODE = 'CW404',
+          MESSAGE = format('graph id %s does not exist', r.graph_id),
+          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+      END IF;
+      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+    END IF;
+  END IF;
+  RETURN NULL;
+END
+$body$;
+
+CREATE TRIGGER nodes_inserted_small AFTER INSERT ON cwstore.nodes
+  REFERENCING NEW TABLE AS new_nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted_small();
+CREATE TRIGGER nodes_inserted_bulk AFTER INSERT ON cwstore.nodes
+  REFERENCING NEW TABLE AS new_nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted_bulk();
+
+-- ---------------------------------------------------------------------------------
+-- declared frontiers
+-- ---------------------------------------------------------------------------------
+
+CREATE FUNCTION cwstore._frontier_declared() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  g_length bigint;
+  g_name text;
+  current_heads text[];
+  missing text;
+  seqs bigint[];
+BEGIN
+  SELECT length, name INTO g_length, g_name FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
+  END IF;
+  IF NEW.seq <> g_length THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      format('a frontier is declared at the graph''s length %s, not at %s', g_length, NEW.seq));
+  END IF;
+  IF array_position(NEW.heads, NULL) IS NOT NULL
+     OR cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      'frontier lists an id twice (or null)');
+  END IF;
+
+  SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)
+    INTO seqs, missing
+    FROM unnest(NEW.heads) WITH ORDINALITY AS u(h, ord)
+    LEFT JOIN cwstore.nodes n ON n.graph_id = NEW.graph_id AND n.id = u.h;
+  IF missing IS NOT NULL THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, missing, '$.frontier',
+      format('frontier references missing node %s', missing));
+  END IF;
+
+  SELECT array_agg(n.id ORDER BY s.from_seq, s.ord) INTO current_heads
+    FROM cwstore.frontier_spans s
+    JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+   WHERE s.graph_id = NEW.graph_id AND s.to_seq = cwstore.infinity_seq();
+  IF coalesce(current_heads, '{}') = NEW.heads THEN
+    RETURN NULL;
+  END IF;
+
+  DELETE FROM cwstore.frontier_spans
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq() AND from_seq = NEW.seq;
+  UPDATE cwstore.frontier_spans SET to_seq = NEW.seq
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq();
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)
+  SELECT NEW.graph_id, s, NEW.seq, o::integer - 1
+    FROM unnest(seqs) WITH ORDINALITY AS u(s, o);
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER frontier_declared AFTER INSERT ON cwstore.frontier_declarations
+  FOR EACH ROW EXECUTE FUNCTION cwstore._frontier_declared();

@@ -1,0 +1,197 @@
+-- 50_tenancy: tenants, who may see and write what, row-level security, and the grants
+-- of the roles cwstore_reader and cwstore_writer.
+--
+-- One database serves many agents, and often many customers. A graph belongs to a
+-- tenant (graphs.tenant); a role belongs to the tenants listed for it, or for any role
+-- it is a member of, in cwstore.tenant_members. Reads are limited by row-level
+-- security: every table keyed by graph carries a policy and the views run as the
+-- caller (security_invoker, 70_read_api.sql), so a role sees the graphs of its tenants
+-- and nothing else, whatever SQL it writes. The public read functions run as their
+-- owner, so they keep their indexes, and check the graph's tenant once, when they
+-- resolve its name (cwstore._graph; CW404 as for a missing graph). Writes go through the
+-- write functions only (60_write_api.sql): SECURITY DEFINER too, so a writer role needs
+-- no privilege on any table, and each checks that the login role (session_user) may
+-- write the graph's tenant before it locks or writes anything.
+--
+-- Who is unrestricted: superusers, BYPASSRLS roles, and members of the role that owns
+-- the schema cwstore (the role that ran the migrations). Table owners are not subject
+-- to row-level security (it is enabled, not forced).
+--
+-- The roles cwstore_reader and cwstore_writer are made by `cwstore init --roles`
+-- (roles.sql): roles are cluster-wide objects, created only when asked for, and need
+-- CREATEROLE.
+--
+-- SQLSTATEs raised: 42501 (a write to a graph of a tenant the login role is not in;
+-- DETAIL {"graph", "role"}), CW404 (a read of such a graph), 42704 (unknown role).
+
+CREATE FUNCTION cwstore.sees_all(p_role name) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_roles r
+                    WHERE r.rolname = p_role), false)
+      OR pg_catalog.pg_has_role(p_role, (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                          WHERE n.nspname = 'cwstore'), 'MEMBER')
+$$;
+COMMENT ON FUNCTION cwstore.sees_all(name) IS
+  'Whether a role reads and writes every graph: a superuser, a BYPASSRLS role, or a member of the owner of schema cwstore.';
+
+CREATE FUNCTION cwstore.tenants_of(p_role name) RETURNS SETOF text
+LANGUAGE sql STABLE ROWS 2 AS $$
+  SELECT DISTINCT m.tenant
+    FROM cwstore.tenant_members m
+    JOIN pg_catalog.pg_roles r ON r.rolname = m.member
+   WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER')
+$$;
+COMMENT ON FUNCTION cwstore.tenants_of(name) IS
+  'The tenants a role belongs to: those listed in tenant_members for it or for any role it is a member of (directly or not).';
+
+-- The tenant of a graph created now: the session's cwstore.tenant setting if set (the
+-- clients' tenant= option sets it), else the login role's only tenant if it has exactly
+-- one and is restricted, else 'default'. Choosing is not permitting: the writer is
+-- checked against the result like against any existing graph.
+CREATE FUNCTION cwstore._new_graph_tenant() RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(
+    nullif(pg_catalog.current_setting('cwstore.tenant', true), ''),
+    CASE WHEN NOT cwstore.sees_all(session_user) THEN
+      (SELECT min(t) FROM cwstore.tenants_of(session_user) t HAVING count(*) = 1) END,
+    'default')
+$$;
+
+-- _may_use(tenant): whether the login role may read and write the graphs of a tenant.
+CREATE FUNCTION cwstore._may_use(p_tenant text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT cwstore.sees_all(session_user)
+      OR EXISTS (SELECT 1 FROM cwstore.tenants_of(session_user) t WHERE t = p_tenant)
+$$;
+
+-- _check_writer(graph, tenant): 42501 unless the login role may write that tenant's
+-- graphs. A NULL tenant (no such graph yet) passes: creating one is checked on its own.
+-- Called by the SECURITY DEFINER write functions, where current_user is their owner
+-- and session_user is who logged in.
+CREATE FUNCTION cwstore._check_writer(p_graph text, p_tenant text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF p_tenant IS NOT NULL AND NOT cwstore._may_use(p_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('role %s may not write graph %L: the graph belongs to a tenant the role is not a member of',
+                       session_user, p_graph),
+      DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text,
+      HINT = 'An administrator adds the role to the tenant: SELECT cwstore.add_tenant_member(tenant, role)';
+  END IF;
+END $$;
+
+CREATE FUNCTION cwstore.add_tenant_member(p_tenant text, p_role name) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF pg_catalog.to_regrole(quote_ident(p_role)) IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '42704', MESSAGE = format('role %s does not exist', p_role),
+      DETAIL = jsonb_build_object('role', p_role)::text;
+  END IF;
+  INSERT INTO cwstore.tenant_members (tenant, member) VALUES (p_tenant, p_role)
+  ON CONFLICT DO NOTHING;
+END $$;
+COMMENT ON FUNCTION cwstore.add_tenant_member(text, name) IS
+  'Let a role (and every member of it) read and write the graphs of a tenant. Needs INSERT on tenant_members: the owner''s.';
+
+CREATE FUNCTION cwstore.remove_tenant_member(p_tenant text, p_role name) RETURNS boolean
+LANGUAGE sql AS $$
+  WITH d AS (DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role
+             RETURNING 1)
+  SELECT EXISTS (SELECT 1 FROM d)
+$$;
+COMMENT ON FUNCTION cwstore.remove_tenant_member(text, name) IS
+  'Undo add_tenant_member; true if the role was listed. Its sessions lose access at their next statement.';
+
+-- ---------------------------------------------------------------------------------
+-- row-level security: a policy on every table keyed by graph
+-- ---------------------------------------------------------------------------------
+
+-- Every other table is visible through its graph's row, so one rule, graphs', decides
+-- for all. It is sees_all and tenants_of written out, not called: a policy's text is
+-- planned with the query (and cached with it), while a SQL function call with
+-- sub-selects is planned again at every execution. The sub-selects that do not depend
+-- on the row run once per query; each row is then a hash probe.
+--
+-- Row-level security also keeps PostgreSQL from using an index through an operator
+-- that is not LEAKPROOF (the GiST box test of the frontier history, starts_with):
+-- such a test is applied after the policy, as a filter. So the public read functions
+-- below run as their owner, with their indexes, after checking the graph once
+-- (cwstore._graph), and row-level security guards the tables for every other query.
+ALTER TABLE cwstore.graphs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY graphs_tenant ON cwstore.graphs
+  USING (tenant IN (SELECT m.tenant FROM cwstore.tenant_members m
+                      JOIN pg_catalog.pg_roles r ON r.rolname = m.member
+                     WHERE pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER'))
+         OR (SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_roles r
+              WHERE r.rolname = current_user)
+         OR pg_catalog.pg_has_role(current_user,
+                                   (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                     WHERE n.nspname = 'cwstore'), 'MEMBER'));
+
+ALTER TABLE cwstore.nodes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY nodes_tenant ON cwstore.nodes
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+ALTER TABLE cwstore.edges ENABLE ROW LEVEL SECURITY;
+CREATE POLICY edges_tenant ON cwstore.edges
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+ALTER TABLE cwstore.frontier_spans ENABLE ROW LEVEL SECURITY;
+CREATE POLICY frontier_spans_tenant ON cwstore.frontier_spans
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+ALTER TABLE cwstore.frontier_declarations ENABLE ROW LEVEL SECURITY;
+CREATE POLICY frontier_declarations_tenant ON cwstore.frontier_declarations
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+ALTER TABLE cwstore.key_versions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY key_versions_tenant ON cwstore.key_versions
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+ALTER TABLE cwstore.key_heads ENABLE ROW LEVEL SECURITY;
+CREATE POLICY key_heads_tenant ON cwstore.key_heads
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+ALTER TABLE cwstore.kind_counts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY kind_counts_tenant ON cwstore.kind_counts
+  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+
+-- ---------------------------------------------------------------------------------
+-- grants for the roles cwstore_reader and cwstore_writer
+-- ---------------------------------------------------------------------------------
+
+-- apply_grants() -> whether the roles exist (false: nothing done)
+--   cwstore_reader: USAGE on the schema; SELECT on its tables and views, every row
+--   filtered by the policies above; EXECUTE on every function but the write API (the
+--   read functions and their helpers, the table-free tenant functions). No write
+--   privilege: add_tenant_member and remove_tenant_member need the owner's INSERT and
+--   DELETE on tenant_members.
+--   cwstore_writer: a member of cwstore_reader (made so by roles.sql), plus EXECUTE
+--   on the write API, by name below. No INSERT, UPDATE, DELETE or TRUNCATE on any
+--   table.
+--   Functions are executable by PUBLIC unless revoked, so that is revoked everywhere in
+--   the schema. Run by roles.sql, and by the migration runner after each later
+--   migration in a database whose roles were set up, so new functions get their grants.
+CREATE FUNCTION cwstore.apply_grants() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  f record;
+BEGIN
+  IF pg_catalog.to_regrole('cwstore_reader') IS NULL
+     OR pg_catalog.to_regrole('cwstore_writer') IS NULL THEN
+    RETURN false;
+  END IF;
+  REVOKE ALL ON SCHEMA cwstore FROM PUBLIC;
+  GRANT USAGE ON SCHEMA cwstore TO cwstore_reader;
+  REVOKE ALL ON ALL TABLES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  REVOKE ALL ON ALL SEQUENCES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  GRANT SELECT ON ALL TABLES IN SCHEMA cwstore TO cwstore_reader;
+  REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  FOR f IN SELECT p.oid::regprocedure AS sig,
+                  p.proname IN ('ensure_graph_v1', 'begin_import_v1', 'import_rows_v1',
+                                'append_v1', 'declare_frontier_v1') AS writes
+             FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prokind = 'f'
+              AND p.prorettype <> 'pg_catalog.trigger'::regtype LOOP
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.sig,
+                   CASE WHEN f.writes THEN 'cwstore_writer' ELSE 'cwstore_reader' END);
+  END LOOP;
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION cwstore.apply_grants() IS
+  'Grant cwstore_reader reading (SELECT, every function but the write API) and cwstore_writer the write API; false if the roles do not exist.';
+
