@@ -471,3 +471,32 @@ def test_a_wrong_hash_id_is_stored_and_a_reader_finds_it(door: Door, writer: Any
     assert check.returncode == 1
     err = check.stderr.decode()
     assert f"identity\tnode=1\tid={goal['id']}" in err, err
+
+
+def test_import_rows_accepts_what_the_runtime_writes(door: Door, writer: Any) -> None:
+    """A slice mixing U+0000, the six characters \\u0000, escaped backslashes and quotes
+    imports through import_rows_v1 and exports byte for byte."""
+    b = GraphBuilder()
+    b.system("contract")
+    b.goal({"nul": "a\u0000b"})
+    b.inference({"text": 'back\\slash \\u0000 "quoted"'})
+    b.inference(["\\", "\u0000", 1e-7, 1e21])
+    g = graph_name()
+    with writer.transaction():
+        gid = writer.execute("SELECT cwstore.begin_import_v1(%s)", (g,)).fetchone()[0]
+        rows = [
+            (
+                n["sequence"],
+                n["id"],
+                n["kind"],
+                "{" + ",".join(n["parents"]) + "}",
+                jsontext.dumps(n["payload"]),
+                n["createdAt"],
+                n.get("resourceKey"),
+            )
+            for n in b.nodes
+        ]
+        assert import_rows(writer, gid, rows) == (len(rows),)
+    length, count, text = stored(door.admin, g)
+    assert (length, count) == (4, 4)
+    assert text == jsontext.dumps(b.nodes)

@@ -324,6 +324,7 @@ DECLARE
   v_xid bigint;
   v_n bigint;
   v_all json;
+  v_hidden boolean;
   v_bad integer;
   v_problem text;
 BEGIN
@@ -352,13 +353,15 @@ BEGIN
   IF v_bad IS NULL THEN
     BEGIN
       v_all := ('[' || array_to_string(p_payloads, ',') || ']')::json;
-      SELECT min(e.o) INTO v_bad
-        FROM json_array_elements(cwstore._nul_hide(v_all::text)::json) WITH ORDINALITY AS e(v, o)
-       WHERE e.o > cardinality(p_payloads)
-          OR cwstore._nul_show(e.v::text) <> p_payloads[e.o];
-      IF v_bad IS NULL AND json_array_length(v_all) < cardinality(p_payloads) THEN
-        v_bad := json_array_length(v_all) + 1;
+      v_hidden := strpos(v_all::text, '\u0000') > 0;
+      IF v_hidden THEN
+        v_all := cwstore._nul_hide(v_all::text)::json;
       END IF;
+      SELECT min(coalesce(p.o, e.o)) INTO v_bad
+        FROM json_array_elements(v_all) WITH ORDINALITY AS e(v, o)
+        FULL JOIN unnest(p_payloads) WITH ORDINALITY AS p(t, o) ON p.o = e.o
+       WHERE e.o IS NULL OR p.o IS NULL
+          OR (CASE WHEN v_hidden THEN cwstore._nul_show(e.v::text) ELSE e.v::text END) <> p.t;
     EXCEPTION WHEN invalid_text_representation THEN
       v_bad := 0;
     END;
@@ -379,12 +382,13 @@ BEGIN
                                format('$[%s].payload', v_bad - 1),
                                'payload must be exactly one JSON value');
   END IF;
-  SELECT u.o, cwstore._node_problem(p_kinds[u.o], p_payloads[u.o], p_created[u.o], p_keys[u.o])
-    INTO v_bad, v_problem
-    FROM generate_subscripts(p_payloads, 1) AS u(o)
-   WHERE cwstore._node_problem(p_kinds[u.o], p_payloads[u.o], p_created[u.o], p_keys[u.o])
-         IS NOT NULL
-   ORDER BY u.o LIMIT 1;
+  SELECT x.o, x.problem INTO v_bad, v_problem
+    FROM (SELECT r.o, cwstore._node_problem(r.kind, r.payload, r.created, r.key) AS problem
+            FROM unnest(p_kinds, p_payloads, p_created, p_keys)
+                 WITH ORDINALITY AS r(kind, payload, created, key, o)
+          OFFSET 0) x  -- a fence: each node's problem is computed once
+   WHERE x.problem IS NOT NULL
+   ORDER BY x.o LIMIT 1;
   IF FOUND THEN
     PERFORM cwstore._node_violation(v_problem, p_graph_id, p_seqs[v_bad], p_ids[v_bad], v_bad - 1);
   END IF;
