@@ -26,9 +26,8 @@ from typing import Any
 import psycopg
 import pytest
 
-EXAMPLE = Path("/work/shared/examples/stateweave_turn.json")
-if not EXAMPLE.exists():  # a copy beside the tests, when there is one
-    EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "stateweave_turn.json"
+# The runtime's own example document, copied into the repository byte for byte.
+EXAMPLE = Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
 
 Conn = psycopg.Connection[Any]
 

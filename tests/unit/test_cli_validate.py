@@ -23,7 +23,8 @@ from cwstore.cli import main
 from cwstore.testing import example_turn, generate_session, reseal
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_FILE = Path("/work/shared/examples/stateweave_turn.json")
+# The runtime's own example document, copied into the repository byte for byte.
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
 SUMMARY = "valid: AgentState v1, 16 nodes, frontier 1, vocabulary dynamic"
 
 Expected = list[tuple[str, int | None, str | None, str]]
@@ -63,8 +64,7 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> str:
 def example_path(tmp_path: Path) -> str:
     # As the runtime saves it: JSON.stringify(state, null, 2) plus a newline.
     text = json.dumps(example_turn(), indent=2, ensure_ascii=False) + "\n"
-    if EXAMPLE_FILE.exists():
-        assert text == EXAMPLE_FILE.read_text(encoding="utf-8")
+    assert text == EXAMPLE_FILE.read_text(encoding="utf-8")
     return write(tmp_path, "example.json", text)
 
 

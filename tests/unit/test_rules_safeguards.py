@@ -51,7 +51,8 @@ SEED, TURNS = 12, 5
 
 MISSING = "cw_000000000000000000000000"
 PROBE = "@@PROBE@@"
-EXAMPLE_FILE = Path("/work/shared/examples/stateweave_turn.json")
+# The runtime's own example document, copied into the repository byte for byte.
+EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
 NODE = shutil.which("node") or ("/usr/bin/node" if Path("/usr/bin/node").exists() else None)
 
 # -- helpers ---------------------------------------------------------------------------
@@ -211,8 +212,7 @@ def test_example_turn_is_the_runtime_document(example: Doc) -> None:
     ]
     assert example["frontier"] == list(EXAMPLE_FRONTIER)
     assert fold_frontier(example["nodes"]) == list(EXAMPLE_FRONTIER)
-    if EXAMPLE_FILE.exists():
-        assert example == json.loads(EXAMPLE_FILE.read_text(encoding="utf-8"))
+    assert example == json.loads(EXAMPLE_FILE.read_text(encoding="utf-8"))
 
 
 # -- version -----------------------------------------------------------------------------
@@ -1205,8 +1205,7 @@ def test_round_trip_of_the_example_text(example: Doc) -> None:
     # The runtime writes JSON.stringify(state, null, 2); json.dumps(indent=2) writes the
     # same text for a document without floats, and its compact form is valid here.
     pretty = json.dumps(example, indent=2, ensure_ascii=False) + "\n"
-    if EXAMPLE_FILE.exists():
-        assert pretty == EXAMPLE_FILE.read_text(encoding="utf-8")
+    assert pretty == EXAMPLE_FILE.read_text(encoding="utf-8")
     compact = json.dumps(json.loads(pretty), separators=(",", ":"), ensure_ascii=False)
     assert AgentState.from_json(pretty).to_json() == compact
     assert AgentState.from_json(pretty.encode("utf-8")).to_json() == compact

@@ -12,8 +12,8 @@
 // The file is written only after every self-check below has passed; with
 // `--stdout` the JSON is printed instead of written.
 //
-// Environment: CWSTORE_SHARED may point at the shared directory holding
-// examples/stateweave_turn.json (default: <repo>/../shared).
+// Environment: CWSTORE_EXAMPLE may point at another copy of the runtime's example
+// document (default: tests/contract/stateweave_turn.json in this repository).
 
 import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
@@ -24,10 +24,9 @@ import assert from "node:assert/strict";
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, "..", "..");
 const OUT = join(HERE, "identity.json");
-const SHARED = process.env.CWSTORE_SHARED
-  ? resolve(process.env.CWSTORE_SHARED)
-  : resolve(REPO, "..", "shared");
-const EXAMPLE = join(SHARED, "examples", "stateweave_turn.json");
+const EXAMPLE = process.env.CWSTORE_EXAMPLE
+  ? resolve(process.env.CWSTORE_EXAMPLE)
+  : join(REPO, "tests", "contract", "stateweave_turn.json");
 
 // --- environment checks ------------------------------------------------------
 
@@ -138,7 +137,7 @@ const sortParents = (ps) => [...ps].sort(); // plain code-unit order, as the run
 // --- 1. the runtime's own example turn ---------------------------------------
 
 if (!existsSync(EXAMPLE)) {
-  console.error(`gen_identity: example file not found: ${EXAMPLE} (set CWSTORE_SHARED)`);
+  console.error(`gen_identity: example file not found: ${EXAMPLE} (set CWSTORE_EXAMPLE)`);
   process.exit(2);
 }
 const example = JSON.parse(readFileSync(EXAMPLE, "utf8"));
