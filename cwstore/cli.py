@@ -136,9 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_vocab_flags(p)
     p.set_defaults(func=cmd_validate)
 
-    from . import cli_db
+    from . import cli_db, view
 
     cli_db.register(sub, _add_dsn, _add_vocab_flags)
+    view.register(sub, _add_dsn)
     return parser
 
 

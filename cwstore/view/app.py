@@ -1,0 +1,392 @@
+"""The ASGI application of ``cwstore view``: the page, its static files and a JSON API.
+
+Every route reads; none writes. State as of a point comes from the database's as-of
+functions (``projection_v1`` through :meth:`AsyncStore.project`, ``ancestors``,
+``descendants``, ``key_history``), never from a fold here or in the browser. Each
+request's error becomes a JSON object ``{"error": {"type", "message"}}`` with an HTTP
+status (400 bad parameter, 404 unknown graph or node, 500 anything else), never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from typing import Any, LiteralString
+
+import asyncpg
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._sql import queries
+from ..errors import Error, InputError, PermissionDeniedError, UnknownGraphError
+from ..model import CausalNode
+from ..store_async import AsyncStore
+
+__all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "psql_set"]
+
+log = logging.getLogger("cwstore.view")
+
+Q: dict[str, LiteralString] = queries(resources.files("cwstore.view"))
+MAX_WINDOW = 2000
+MAX_GRAPHS = 500
+RELATIVES_LIMIT = 200
+HISTORY_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ViewConfig:
+    """What the page starts with: the graph to open (or the list) and the window size."""
+
+    first_graph: str | None = None
+    window: int = 300
+
+
+class _Problem(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class _JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return _dumps(content).encode("utf-8")
+
+
+def _error(status: int, kind: str, message: str) -> Response:
+    return _JSON({"error": {"type": kind, "message": message}}, status_code=status)
+
+
+def _problem_of(exc: BaseException) -> _Problem:
+    if isinstance(exc, _Problem):
+        return exc
+    if isinstance(exc, UnknownGraphError):
+        return _Problem(404, "unknown_graph", exc.message)
+    if isinstance(exc, InputError):
+        return _Problem(400, "bad_request", exc.message)
+    if isinstance(exc, PermissionDeniedError):
+        return _Problem(403, "permission_denied", exc.message)
+    if isinstance(exc, Error):
+        return _Problem(500, type(exc).__name__, exc.message)
+    if isinstance(exc, asyncpg.PostgresError):
+        state = exc.sqlstate or ""
+        message = str(getattr(exc, "message", None) or exc)
+        if state == "CW404":
+            return _Problem(404, "not_found", message)
+        if state in ("22023", "22P02", "22007", "22008"):
+            return _Problem(400, "bad_request", message)
+        return _Problem(500, f"database error {state}", message)
+    if isinstance(exc, OSError | asyncpg.InterfaceError):
+        return _Problem(503, "database unreachable", f"{type(exc).__name__}: {exc}")
+    return _Problem(500, "internal", f"{type(exc).__name__}: {exc}")
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _json_errors(handler: Handler) -> Handler:
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            problem = _problem_of(exc)
+            if problem.status >= 500:
+                log.warning("%s %s: %s", request.method, request.url.path, problem.message)
+            return _error(problem.status, problem.kind, problem.message)
+
+    return wrapped
+
+
+# ------------------------------------------------------------------ parameters
+
+
+def _text(request: Request, name: str) -> str:
+    value = request.query_params.get(name)
+    if not value:
+        raise InputError(f"parameter {name!r} is required")
+    if "\x00" in value:
+        raise InputError(f"parameter {name!r} holds NUL")
+    return value
+
+
+def _int(request: Request, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InputError(f"parameter {name!r} must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise InputError(f"parameter {name!r} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _time(request: Request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if not raw:
+        return None
+    try:
+        t = datetime.fromisoformat(raw.strip().replace("z", "Z"))
+    except ValueError:
+        raise InputError(f"parameter {name!r}: {raw!r} is not an RFC 3339 timestamp") from None
+    if t.tzinfo is None:
+        raise InputError(f"parameter {name!r}: {raw!r} needs a zone (Z or +hh:mm)")
+    return t
+
+
+def psql_set(name: str, value: str | int) -> str:
+    """A psql ``\\set`` line giving variable ``name`` the text ``value`` (quoted for psql:
+    backslashes and quotes doubled), to put before a snippet that reads ``:'name'``."""
+    if isinstance(value, int):
+        return f"\\set {name} {value}"
+    quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"\\set {name} '{quoted}'"
+
+
+def _window_bounds(at: int, length: int, size: int) -> tuple[int, int]:
+    """Nodes lo..hi to draw: ``size`` of them, about three quarters up to ``at``."""
+    if length == 0:
+        return 1, 0
+    lo = max(1, at - (size * 3) // 4)
+    hi = min(length, lo + size - 1)
+    lo = max(1, hi - size + 1)
+    return lo, hi
+
+
+def _node_event(node: CausalNode) -> dict[str, Any]:
+    return {
+        "seq": node.sequence,
+        "id": node.id,
+        "kind": node.kind,
+        "parents": list(node.parents),
+        "createdAt": node.created_at,
+        "resourceKey": node.resource_key,
+    }
+
+
+# ------------------------------------------------------------------ the app
+
+
+def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Starlette:
+    """The view's ASGI app over an open store (for the as-of reads and ``tail``) and a
+    pool of read-only connections (for the queries of ``cwstore/view/queries.sql``)."""
+    static = resources.files("cwstore.view") / "static"
+    index_html = (static / "index.html").read_text(encoding="utf-8")
+
+    async def graph_row(conn: Any, graph: str) -> Any:
+        row = await conn.fetchrow(Q["view_graph"], graph)
+        if row is None:
+            raise UnknownGraphError(graph=graph)
+        return row
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(index_html, headers={"Cache-Control": "no-store"})
+
+    @_json_errors
+    async def api_config(request: Request) -> Response:
+        return _JSON(
+            {"first_graph": config.first_graph, "window": config.window, "max": MAX_WINDOW}
+        )
+
+    @_json_errors
+    async def api_graphs(request: Request) -> Response:
+        search = request.query_params.get("q") or None
+        if search is not None and "\x00" in search:
+            raise InputError("parameter 'q' holds NUL")
+        async with pool.acquire() as conn, conn.transaction(readonly=True):
+            roles_on = bool(await conn.fetchval(Q["view_roles_on"]))
+            rows = await conn.fetch(Q["view_graphs"], search, MAX_GRAPHS + 1)
+        graphs = [
+            {
+                "name": r["name"],
+                "length": r["length"],
+                "tenant": r["tenant"],
+                "created_at": r["created_at"].isoformat(),
+                "last_write": r["last_write"].isoformat() if r["last_write"] else None,
+            }
+            for r in rows[:MAX_GRAPHS]
+        ]
+        return _JSON({"roles": roles_on, "graphs": graphs, "more": len(rows) > MAX_GRAPHS})
+
+    @_json_errors
+    async def api_state(request: Request) -> Response:
+        graph = _text(request, "graph")
+        t = _time(request, "time")
+        at = _int(request, "at", None, 0, 2**62)
+        if t is not None and at is not None:
+            raise InputError("give 'at' or 'time', not both")
+        length = await store.length(graph)
+        as_of: int | datetime | None = t if t is not None else at
+        if isinstance(as_of, int) and as_of > length:
+            as_of = length
+        p = await store.project(graph, as_of=as_of)
+        sql = "\n".join((psql_set("graph", graph), psql_set("at", p.length), Q["psql_state"]))
+        return _JSON(
+            {"graph": graph, "at": p.length, "length": length, "state": p.to_json_obj(), "sql": sql}
+        )
+
+    @_json_errors
+    async def api_window(request: Request) -> Response:
+        graph = _text(request, "graph")
+        at_q = _int(request, "at", None, 0, 2**62)
+        size = _int(request, "size", config.window, 10, MAX_WINDOW) or config.window
+        async with (
+            pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            g = await graph_row(conn, graph)
+            length = int(g["length"])
+            at = length if at_q is None else min(at_q, length)
+            lo, hi = _window_bounds(at, length, size)
+            nodes = await conn.fetch(Q["view_window_nodes"], g["graph_id"], lo, hi)
+            edges = await conn.fetch(Q["view_window_edges"], g["graph_id"], lo, hi)
+        before = (await store.project(graph, lo - 1)).counts if lo > 1 else {}
+        upto = (await store.project(graph, hi)).counts if hi < length else {}
+        total = (await store.project(graph, length)).counts if hi < length else {}
+        after = {k: n - upto.get(k, 0) for k, n in total.items() if n - upto.get(k, 0) > 0}
+        return _JSON(
+            {
+                "graph": graph,
+                "length": length,
+                "at": at,
+                "lo": lo,
+                "hi": hi,
+                "nodes": [
+                    {
+                        "seq": r["seq"],
+                        "id": r["id"],
+                        "kind": r["kind"],
+                        "createdAt": r["created_at_text"],
+                        "resourceKey": r["resource_key"],
+                        "preview": r["preview"],
+                    }
+                    for r in nodes
+                ],
+                "edges": [[r["child_seq"], r["parent_seq"]] for r in edges],
+                "before": {"count": lo - 1, "kinds": before},
+                "after": {"count": max(0, length - hi), "kinds": after},
+            }
+        )
+
+    @_json_errors
+    async def api_node(request: Request) -> Response:
+        graph = _text(request, "graph")
+        node_id = _text(request, "id")
+        depth = _int(request, "depth", None, 1, 2**31 - 1)
+        limit = _int(request, "limit", RELATIVES_LIMIT, 1, 10_000) or RELATIVES_LIMIT
+        async with (
+            pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            g = await graph_row(conn, graph)
+            n = await conn.fetchrow(Q["view_node"], g["graph_id"], node_id)
+            if n is None:
+                raise _Problem(404, "unknown_node", f"graph {graph!r} has no node {node_id!r}")
+            anc = await conn.fetch(Q["view_ancestors"], graph, node_id, depth, limit + 1)
+            desc = await conn.fetch(Q["view_descendants"], graph, node_id, depth, limit + 1)
+        key = n["resource_key"]
+        history: list[dict[str, Any]] = []
+        versions = 0
+        sql = [psql_set("graph", graph), psql_set("node", node_id)]
+        if key is not None:
+            found = await store.history(graph, key)
+            versions = len(found)
+            history = [
+                {
+                    "version": v.version,
+                    "seq": v.sequence,
+                    "id": v.id,
+                    "kind": v.kind,
+                    "createdAt": v.created_at,
+                    "payload": v.payload,
+                }
+                for v in found[-HISTORY_LIMIT:]
+            ]
+            sql.append(psql_set("key", key))
+        sql.append(Q["psql_node"])
+        if key is not None:
+            sql.append(Q["psql_key"])
+
+        def rel(rows: list[asyncpg.Record]) -> dict[str, Any]:
+            return {
+                "rows": [
+                    {"seq": r["seq"], "id": r["id"], "kind": r["kind"], "depth": r["depth"]}
+                    for r in rows[:limit]
+                ],
+                "more": len(rows) > limit,
+            }
+
+        return _JSON(
+            {
+                "graph": graph,
+                "node": {
+                    "seq": n["seq"],
+                    "id": n["id"],
+                    "kind": n["kind"],
+                    "parents": list(n["parents"]),
+                    "createdAt": n["created_at_text"],
+                    "recordedAt": n["recorded_at"].isoformat(),
+                    "resourceKey": key,
+                    "payload_text": n["payload_text"],
+                },
+                "ancestors": rel(anc),
+                "descendants": rel(desc),
+                "history": {"key": key, "versions": versions, "rows": history},
+                "sql": "\n".join(sql),
+            }
+        )
+
+    @_json_errors
+    async def api_live(request: Request) -> Response:
+        graph = _text(request, "graph")
+        after = _int(request, "after", 0, 0, 2**62) or 0
+        await store.length(graph)
+
+        async def events() -> AsyncIterator[str]:
+            yield "retry: 2000\n: following\n\n"
+            try:
+                async for node in store.tail(graph, after):
+                    yield f"event: node\ndata: {_dumps(_node_event(node))}\n\n"
+            except Exception as exc:
+                problem = _problem_of(exc)
+                body = {"type": problem.kind, "message": problem.message}
+                yield f"event: problem\ndata: {_dumps(body)}\n\n"
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return _error(status, "not_found" if status == 404 else "http", f"{request.url.path}")
+
+    async def no_icon(request: Request) -> Response:
+        return Response(status_code=204)
+
+    routes = [
+        Route("/", index),
+        Route("/favicon.ico", no_icon),
+        Route("/api/config", api_config),
+        Route("/api/graphs", api_graphs),
+        Route("/api/state", api_state),
+        Route("/api/window", api_window),
+        Route("/api/node", api_node),
+        Route("/api/live", api_live),
+        Mount("/static", StaticFiles(packages=[("cwstore.view", "static")]), name="static"),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})

@@ -1,0 +1,70 @@
+-- Queries of `cwstore view`, one per "-- name:" marker, read by cwstore.view.app.
+-- Every one runs in a read-only transaction, as the login role: row-level security
+-- shows a role only its tenants' graphs. The psql_* entries are never run by the
+-- view: they are the SQL the page shows a user to paste into psql, with psql
+-- variables (:'graph', :'node', :'key') set by \set lines the page puts before them.
+
+-- name: view_graphs
+-- The graphs the role may read whose name holds $1 (case-insensitive; NULL = all),
+-- with the time the last node was stored; at most $2 rows, by name.
+SELECT g.name, g.length, g.tenant, g.created_at, n.recorded_at AS last_write
+  FROM cwstore.graphs AS g
+  LEFT JOIN cwstore.nodes AS n ON n.graph_id = g.graph_id AND n.seq = g.length
+ WHERE $1::text IS NULL OR strpos(lower(g.name), lower($1::text)) > 0
+ ORDER BY g.name
+ LIMIT $2
+
+-- name: view_roles_on
+-- Whether `cwstore init --roles` was run on this database (then the list shows tenants).
+SELECT CASE WHEN pg_catalog.to_regrole('cwstore_reader') IS NULL THEN false
+            ELSE pg_catalog.has_schema_privilege('cwstore_reader', 'cwstore', 'USAGE') END
+
+-- name: view_graph
+-- A graph's id and length, if the role may read it.
+SELECT graph_id, length FROM cwstore.graphs WHERE name = $1
+
+-- name: view_window_nodes
+-- Nodes $2..$3 of graph id $1, with the first 160 characters of their payload text.
+SELECT seq, id, kind, created_at_text, resource_key, left(payload_text, 160) AS preview
+  FROM cwstore.nodes
+ WHERE graph_id = $1 AND seq BETWEEN $2 AND $3
+ ORDER BY seq
+
+-- name: view_window_edges
+-- The parent edges of nodes $2..$3 of graph id $1 (parents may lie before $2).
+SELECT child_seq, parent_seq
+  FROM cwstore.edges
+ WHERE graph_id = $1 AND child_seq BETWEEN $2 AND $3
+ ORDER BY child_seq, position
+
+-- name: view_node
+-- One node of graph id $1 by id $2, its payload as the exact text stored.
+SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key, recorded_at
+  FROM cwstore.nodes
+ WHERE graph_id = $1 AND id = $2
+
+-- name: view_ancestors
+-- What node $2 of graph $1 depends on, up to depth $3 (NULL = all), at most $4 rows.
+SELECT seq, id, kind, depth FROM cwstore.ancestors($1, $2, $3) ORDER BY depth, seq LIMIT $4
+
+-- name: view_descendants
+-- What depends on node $2 of graph $1, up to depth $3 (NULL = all), at most $4 rows.
+SELECT seq, id, kind, depth FROM cwstore.descendants($1, $2, $3) ORDER BY depth, seq LIMIT $4
+
+-- name: psql_node
+-- The node, what it depends on (ancestors), what depends on it (descendants).
+SELECT seq, id, kind, parents, created_at_text, resource_key, payload_text
+  FROM cwstore.node_view WHERE graph = :'graph' AND id = :'node';
+SELECT * FROM cwstore.ancestors(:'graph', :'node');
+SELECT * FROM cwstore.descendants(:'graph', :'node');
+
+-- name: psql_key
+-- Every version of the node's resource key, oldest first.
+SELECT version, seq, id, kind, created_at, payload_text
+  FROM cwstore.key_history(:'graph', :'key');
+
+-- name: psql_state
+-- Frontier, resource heads and semantic memory as of sequence :at.
+SELECT * FROM cwstore.frontier_at(:'graph', :at);
+SELECT * FROM cwstore.heads_at(:'graph', :at);
+SELECT type, key, content_text, version, seq FROM cwstore.semantic_at(:'graph', :at);
