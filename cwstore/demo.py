@@ -683,6 +683,8 @@ def run_demo(
             "(the embedded server keeps running; stop it with: cwstore server stop)",
             highlight=False,
         )
+    out.print("\n[bold]See its history in the browser[/bold] (needs the 'view' extra)")
+    out.print(f"cwstore view --graph {g}{dsn_flag}", markup=False, highlight=False)
     return 0
 
 

@@ -41,6 +41,7 @@ def test_demo_exits_zero_and_explains_itself(demo_run: tuple[int, str, str]) -> 
     assert "conflicts retried" in out
     assert re.search(r"\d+ chain conflicts retried", out), out
     assert f"cwstore project --graph {graph}" in out
+    assert out.rstrip().splitlines()[-1].startswith(f"cwstore view --graph {graph}"), out
     assert "Traceback" not in out
 
 
