@@ -39,6 +39,7 @@ Q: dict[str, LiteralString] = queries(resources.files("cwstore.view"))
 MAX_WINDOW = 2000
 MAX_GRAPHS = 500
 RELATIVES_LIMIT = 200
+RELATIVES_DEPTH = 10
 HISTORY_LIMIT = 200
 
 
@@ -234,9 +235,12 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
             as_of = length
         p = await store.project(graph, as_of=as_of)
         sql = "\n".join((psql_set("graph", graph), psql_set("at", p.length), Q["psql_state"]))
-        return _JSON(
-            {"graph": graph, "at": p.length, "length": length, "state": p.to_json_obj(), "sql": sql}
-        )
+        memory = [
+            {"type": m.type, "key": m.key, "version": m.version, "seq": m.sequence, "id": m.id}
+            for m in p.memory
+        ]
+        body = {"graph": graph, "at": p.length, "length": length, "state": p.to_json_obj()}
+        return _JSON({**body, "memory": memory, "sql": sql})
 
     @_json_errors
     async def api_window(request: Request) -> Response:
@@ -285,7 +289,7 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
     async def api_node(request: Request) -> Response:
         graph = _text(request, "graph")
         node_id = _text(request, "id")
-        depth = _int(request, "depth", None, 1, 2**31 - 1)
+        depth = _int(request, "depth", RELATIVES_DEPTH, 0, 2**31 - 1) or None
         limit = _int(request, "limit", RELATIVES_LIMIT, 1, 10_000) or RELATIVES_LIMIT
         async with (
             pool.acquire() as conn,
@@ -342,6 +346,7 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
                     "resourceKey": key,
                     "payload_text": n["payload_text"],
                 },
+                "depth": depth,
                 "ancestors": rel(anc),
                 "descendants": rel(desc),
                 "history": {"key": key, "versions": versions, "rows": history},

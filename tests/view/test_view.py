@@ -96,9 +96,12 @@ def shown_state(page: Any) -> dict[str, Any]:
         "resources": page.eval_on_selector_all(
             "#resources tr", "els => els.map(e => [e.dataset.key, e.dataset.id])"
         ),
-        "memory": page.eval_on_selector_all(
-            "#memory tr",
-            "els => els.map(e => [e.dataset.type, e.dataset.key, JSON.parse(e.dataset.content)])",
+        "memory": sorted(
+            page.eval_on_selector_all(
+                "#memory tr",
+                "els => els.map(e => "
+                "[e.dataset.type, e.dataset.key, JSON.parse(e.dataset.content)])",
+            )
         ),
     }
 
@@ -155,6 +158,10 @@ def test_two_slider_points_match_cwstore_project(server: str, graphs: str, page:
     assert sorted(faded) == [14, 15, 16]
     marked = page.evaluate("cwView.cy.nodes('.frontier').map(n => n.id())")
     assert sorted(marked) == sorted(at13["frontier"])
+    heads = page.evaluate("cwView.cy.nodes('.head').map(n => n.id())")
+    memory_heads = page.eval_on_selector_all("#memory tr", "els => els.map(e => e.dataset.id)")
+    assert sorted(heads) == sorted([r[1] for r in at13["resources"]] + memory_heads)
+    assert memory_heads
     # a time: the last node lived at or before it
     page.fill("#time", "2026-12-02T14:38:31.386Z")
     page.click("#time-go")

@@ -134,6 +134,7 @@
       $("slider").max = w.length;
       $("length").textContent = w.length;
       setAt(at === null ? w.length : Math.min(at, w.length));
+      centerOn(S.at, true);
       if (nodeId) selectNode(nodeId);
       startLive();
     }).catch(function () {});
@@ -200,7 +201,7 @@
     }
     if (cy) cy.destroy();
     cy = cytoscape({
-      container: $("cy"), elements: els, layout: { name: "preset" },
+      container: $("cy"), elements: els, layout: { name: "preset", fit: false },
       minZoom: 0.05, maxZoom: 3, wheelSensitivity: 0.3,
       style: [
         { selector: "node", style: {
@@ -223,6 +224,8 @@
       ]
     });
     window.cwView.cy = cy;
+    cy.fit(undefined, 30);
+    if (cy.zoom() < 0.6) cy.zoom(0.8);
     cy.on("tap", "node", function (ev) {
       var id = ev.target.id();
       if (id === "__before") { setAt(Math.max(0, S.win.lo - 1)); return; }
@@ -232,11 +235,16 @@
     $("window-note").textContent = "drawn: nodes " + w.lo + "\u2013" + w.hi + " of " + w.length;
   }
 
-  function centerOn(seq) {
+  function centerOn(seq, onlyIfHidden) {
     if (!cy || !S.win) return;
-    var id = S.win.idOf[seq];
+    var id = S.win.idOf[Math.max(seq, S.win.lo)];
     var n = id ? cy.getElementById(id) : null;
-    if (n && n.length) cy.center(n);
+    if (!n || !n.length) return;
+    if (onlyIfHidden) {
+      var p = n.position(), e = cy.extent();
+      if (p.x >= e.x1 && p.x <= e.x2 && p.y >= e.y1 && p.y <= e.y2) return;
+    }
+    cy.center(n);
   }
 
   /* ---------------------------------------------------------------- the slider */
@@ -260,6 +268,7 @@
       }).catch(function () {});
     } else {
       markFuture();
+      centerOn(at, true);
     }
     setHash();
     if (!skipState) {
@@ -324,14 +333,16 @@
       marks.heads.push(r.id);
     });
     var mt = $("memory").tBodies[0]; mt.textContent = "";
-    Object.keys(st.semantic).sort().forEach(function (type) {
-      Object.keys(st.semantic[type]).sort().forEach(function (key) {
-        var tr = el("tr"); tr.dataset.type = type; tr.dataset.key = key;
-        tr.dataset.content = JSON.stringify(st.semantic[type][key]);
-        tr.appendChild(el("td", type)); tr.appendChild(el("td", key));
-        tr.appendChild(el("td", short(st.semantic[type][key], 80)));
-        mt.appendChild(tr);
-      });
+    body.memory.forEach(function (m) {
+      var content = st.semantic[m.type][m.key];
+      var tr = el("tr"); tr.dataset.type = m.type; tr.dataset.key = m.key; tr.dataset.id = m.id;
+      tr.dataset.content = JSON.stringify(content);
+      tr.appendChild(el("td", m.type)); tr.appendChild(el("td", m.key));
+      tr.appendChild(el("td", "v" + m.version));
+      tr.appendChild(el("td", short(content, 80)));
+      tr.addEventListener("click", function () { selectNode(m.id); });
+      mt.appendChild(tr);
+      marks.heads.push(m.id);
     });
     $("state-sql").textContent = body.sql;
     applyMarks();
@@ -362,10 +373,10 @@
     if (rel.more) ol.appendChild(el("li", "\u2026 more (the first " + rel.rows.length + " shown)", "more"));
   }
 
-  function selectNode(id) {
+  function selectNode(id, depth) {
     S.node = id;
     setHash();
-    return api("node", { graph: S.graph, id: id }).then(function (body) {
+    return api("node", { graph: S.graph, id: id, depth: depth }).then(function (body) {
       if (S.node !== id) return;
       var n = body.node;
       $("node").hidden = false;
@@ -377,6 +388,9 @@
       $("node-key-line").hidden = !n.resourceKey;
       $("node-key").textContent = n.resourceKey || "";
       $("payload").textContent = n.payload_text;
+      $("depth-note").textContent = body.depth ? "relatives within depth " + body.depth :
+        "relatives at every depth";
+      $("all-depths").hidden = !body.depth;
       relList($("ancestors"), body.ancestors);
       relList($("descendants"), body.descendants);
       var hb = $("history-box");
@@ -401,6 +415,7 @@
       $("side").scrollTop = $("node").offsetTop - 10;
     }).catch(function () {});
   }
+  $("all-depths").addEventListener("click", function () { if (S.node) selectNode(S.node, 0); });
   $("copy-sql").addEventListener("click", function () {
     var text = $("node-sql").textContent;
     if (navigator.clipboard) navigator.clipboard.writeText(text).catch(function () {});
