@@ -26,10 +26,15 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .. import (
+    AsyncStore,
+    CausalNode,
+    Error,
+    InputError,
+    PermissionDeniedError,
+    UnknownGraphError,
+)
 from .._sql import queries
-from ..errors import Error, InputError, PermissionDeniedError, UnknownGraphError
-from ..model import CausalNode
-from ..store_async import AsyncStore
 
 __all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "psql_set"]
 

@@ -13,8 +13,7 @@ from urllib.parse import quote
 import asyncpg
 import uvicorn
 
-from .. import connect
-from ..errors import DatabaseError, InputError
+from .. import DatabaseError, InputError, connect
 from .app import MAX_WINDOW, ViewConfig, create_app
 
 __all__ = ["serve"]

@@ -279,3 +279,25 @@ def test_cli_refusals(graphs: str) -> None:
         )
         assert out.returncode == code, (args, out.stderr)
         assert text in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+def test_the_sql_to_copy_runs_in_psql(graphs: str, server: str, page: Any) -> None:
+    name = "it's a \\ graph"
+    with cwstore.connect_sync(graphs) as store:
+        store.import_state(name, TURN.read_text(encoding="utf-8"))
+    node = page.request.get(server + "api/node", params={"graph": name, "id": ANSWER}).json()
+    state = page.request.get(server + "api/state", params={"graph": name, "at": "9"}).json()
+    for script, expected in (
+        (node["sql"], ANSWER),
+        (state["sql"], "cw_82ed6227c9133903c8415857"),
+    ):
+        out = subprocess.run(
+            ["psql", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-d", graphs],
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert expected in out.stdout
