@@ -260,7 +260,11 @@
                         at > w.hi - (w.hi < S.length ? margin : 0));
     if (!w || outside) {
       api("window", { graph: S.graph, at: at, size: S.size }).then(function (nw) {
-        S.length = Math.max(S.length, nw.length);
+        if (nw.length > S.length) {
+          S.length = nw.length;
+          $("slider").max = S.length;
+          $("length").textContent = S.length;
+        }
         drawWindow(nw);
         markFuture();
         applyMarks();
