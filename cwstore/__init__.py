@@ -3,17 +3,20 @@
 Public names only; everything else is private and may move.
 """
 
-from ._store_base import Cursor, DivergedError, GraphInfo, TailItem
+from ._store_base import Cursor, GraphInfo, NodeLike, StateLike, TailItem
 from .errors import (
+    AppendOnlyError,
     ChainConflictError,
     ConflictError,
     DatabaseError,
+    DivergedError,
     Error,
     GraphExistsError,
     InputError,
     LengthConflictError,
     MigrationError,
     PermissionDeniedError,
+    SchemaNotReadyError,
     StoreTimeoutError,
     UnknownGraphError,
     ValidationError,
@@ -21,6 +24,7 @@ from .errors import (
 )
 from .identity import canonical_json, compute_id
 from .model import KINDS, AgentState, CausalNode
+from .projection import FrontierHead, KeyVersion, MemoryEntry, NodeRef, Projection, ResourceHead
 from .rules import Vocabulary, fold_frontier, validate
 from .store import Store, connect_sync
 from .store_async import AsyncStore, connect
@@ -30,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "KINDS",
     "AgentState",
+    "AppendOnlyError",
     "AsyncStore",
     "CausalNode",
     "ChainConflictError",
@@ -38,12 +43,21 @@ __all__ = [
     "DatabaseError",
     "DivergedError",
     "Error",
+    "FrontierHead",
     "GraphExistsError",
     "GraphInfo",
     "InputError",
+    "KeyVersion",
     "LengthConflictError",
+    "MemoryEntry",
     "MigrationError",
+    "NodeLike",
+    "NodeRef",
     "PermissionDeniedError",
+    "Projection",
+    "ResourceHead",
+    "SchemaNotReadyError",
+    "StateLike",
     "Store",
     "StoreTimeoutError",
     "TailItem",

@@ -12,18 +12,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString, TypeAlias, cast
 
 from . import jsontext
 from ._sql import queries
 from .errors import (
-    ConflictError,
-    Error,
+    DivergedError,
     InputError,
     LengthConflictError,
     ValidationError,
     Violation,
-    from_sqlstate,
 )
 from .identity import compute_id
 from .model import AgentState, CausalNode
@@ -39,8 +37,8 @@ from .rules import (
 )
 
 __all__ = [
+    "COPY_COLUMNS",
     "Cursor",
-    "DivergedError",
     "GraphInfo",
     "ImportPlan",
     "PreparedBatch",
@@ -51,7 +49,6 @@ __all__ = [
     "export_text",
     "js_now",
     "key_version",
-    "map_constraint",
     "node_from_row",
     "prepare_batch",
     "q",
@@ -68,16 +65,63 @@ def q(name: str) -> LiteralString:
     return _Q[name]
 
 
-def resolve_dsn(dsn: str | None) -> str:
-    """The DSN to use: the argument, else ``CWSTORE_DSN``, else the embedded server."""
+StateLike: TypeAlias = "AgentState | Mapping[str, Any] | str | bytes | bytearray"
+"""What a store takes as a whole state: an :class:`AgentState`, parsed AgentState v1
+JSON (a dict), or its JSON text."""
+
+NodeLike: TypeAlias = "CausalNode | Mapping[str, Any]"
+"""What a store takes as a node to append: a :class:`CausalNode` or its JSON object (a
+dict), in which ``id``, ``sequence`` and ``createdAt`` may be left out."""
+
+COPY_COLUMNS = (
+    "graph_id",
+    "seq",
+    "id",
+    "kind",
+    "parents",
+    "payload_text",
+    "created_at_text",
+    "resource_key",
+)
+"""The node table's columns, in the order of :meth:`ImportPlan.records`."""
+
+
+def resolve_dsn(dsn: str | None, *, embedded: bool = False) -> str:
+    """The DSN to use: the argument, else ``CWSTORE_DSN``; the embedded server only when
+    ``embedded`` is true (started or reused in ``CWSTORE_HOME``).
+
+    Raises :class:`InputError` (a :class:`ValueError`) when there is none, or when both
+    a DSN and ``embedded`` are given; nothing is started then.
+    """
+    if dsn is not None and not isinstance(dsn, str):
+        raise InputError(f"dsn must be a connection string, got {type(dsn).__name__}")
+    if embedded:
+        if dsn:
+            raise InputError("give a dsn or embedded=True, not both")
+        from .server import ensure_server
+
+        return ensure_server()
     if dsn:
         return dsn
     env = os.environ.get("CWSTORE_DSN")
     if env:
         return env
-    from .server import ensure_server
+    raise InputError(
+        "no database given: pass a DSN, set CWSTORE_DSN, or pass embedded=True to use "
+        "the embedded PostgreSQL (pip install 'cwstore[server]')"
+    )
 
-    return ensure_server()
+
+def check_after(after: object) -> int:
+    """A ``tail`` start position: a sequence number >= 0, else :class:`InputError`."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InputError(f"after must be a sequence number >= 0, got {after!r}")
+    return after
+
+
+def vocabulary_arg(vocab: Vocabulary) -> list[str] | None:
+    """A vocabulary as ``begin_import`` takes it (``NULL`` = dynamic)."""
+    return None if vocab.types is None else list(vocab.types)
 
 
 TAIL_BATCH_BYTES = 8 << 20
@@ -161,6 +205,14 @@ class GraphInfo:
     tenant: str = "default"
 
 
+def graph_info(row: Sequence[Any]) -> GraphInfo:
+    """A ``graphs_list`` row as a :class:`GraphInfo`."""
+    name, length, vocabulary, created_at, tenant = row
+    return GraphInfo(
+        name, int(length), None if vocabulary is None else tuple(vocabulary), created_at, tenant
+    )
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Cursor:
     """A position in the all-graphs feed (:meth:`AsyncStore.tail_all`).
@@ -196,28 +248,6 @@ class TailItem:
     cursor: Cursor
     graph: str
     node: CausalNode
-
-
-class DivergedError(ConflictError):
-    """The saved state does not extend the stored graph (it branched off); nothing
-    was written. ``position`` is the first sequence where they differ."""
-
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        graph: str | None = None,
-        position: int | None = None,
-        stored_length: int | None = None,
-    ) -> None:
-        self.position = position
-        self.stored_length = stored_length
-        super().__init__(
-            message
-            or f"state does not extend graph {graph!r}: it differs at sequence {position} "
-            f"(stored length {stored_length})",
-            graph=graph,
-        )
 
 
 # --- documents and batches -----------------------------------------------------------
@@ -523,48 +553,3 @@ def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
 
 BULK_ANALYZE_THRESHOLD = 10_000
 """Imports at least this large refresh the planner's statistics when they commit."""
-
-
-# --- errors ----------------------------------------------------------------------------
-
-_CONSTRAINT_CODES: Mapping[str, tuple[str, str]] = {
-    "nodes_kind_check": ("kind", "$.kind"),
-    "nodes_id_check": ("identity", "$.id"),
-    "nodes_created_at_check": ("created_at", "$.createdAt"),
-    "nodes_id_key": ("duplicate_id", "$.id"),
-    "nodes_pkey": ("sequence", "$.sequence"),
-    "nodes_seq_check": ("sequence", "$.sequence"),
-    "edges_order_check": ("parent_order", "$.parents"),
-    "nodes_resource_key_check": ("shape", "$.resourceKey"),
-    "graphs_vocabulary_check": ("shape", "$.vocabulary"),
-}
-
-
-def map_constraint(
-    sqlstate: str | None,
-    message: str,
-    detail: str | None,
-    constraint: str | None,
-    batch_ids: Sequence[str] = (),
-) -> Error:
-    """The cwstore exception for a server error (see :func:`cwstore.errors.from_sqlstate`).
-
-    Constraint violations of the node tables become :class:`ValidationError` with the
-    safeguard code the constraint holds; invalid JSON or timestamps likewise. Node
-    indexes are rewritten to positions in the batch when the batch ids are known.
-    """
-    if constraint is not None and constraint in _CONSTRAINT_CODES:
-        code, path = _CONSTRAINT_CODES[constraint]
-        return ValidationError([Violation(code, None, None, path, message)])
-    if sqlstate in ("22P02", "22023", "22021", "22P05") and "json" in message.lower():
-        return ValidationError([Violation("unrepresentable", None, None, "$.payload", message)])
-    if sqlstate in ("22007", "22008", "22009"):
-        return ValidationError([Violation("created_at", None, None, "$.createdAt", message)])
-    err = from_sqlstate(sqlstate, message, detail, constraint)
-    if isinstance(err, ValidationError) and batch_ids:
-        index = {nid: i for i, nid in enumerate(batch_ids)}
-        err.violations = [
-            Violation(v.code, index.get(v.node_id or "", v.index), v.node_id, v.path, v.message)
-            for v in err.violations
-        ]
-    return err

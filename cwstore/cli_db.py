@@ -22,10 +22,20 @@ __all__ = ["register"]
 AddFlags = Callable[[argparse.ArgumentParser], None]
 
 
+def cli_dsn(dsn: str | None) -> str:
+    """The CLI's database: ``--dsn``, else ``CWSTORE_DSN``, else the embedded server
+    (the CLI's default, unlike the library's)."""
+    import os
+
+    from ._store_base import resolve_dsn
+
+    return resolve_dsn(dsn, embedded=not (dsn or os.environ.get("CWSTORE_DSN")))
+
+
 def _store(args: argparse.Namespace) -> Any:
     from .store import connect_sync
 
-    return connect_sync(args.dsn, min_size=1, max_size=2)
+    return connect_sync(cli_dsn(args.dsn), min_size=1, max_size=2, migrate_schema=True)
 
 
 def _as_of(args: argparse.Namespace) -> int | datetime | None:
@@ -59,15 +69,14 @@ def _read(path: str) -> bytes:
 def cmd_init(args: argparse.Namespace) -> int:
     import psycopg
 
-    from ._store_base import resolve_dsn
-    from .store import _wrap
+    from .drivers.psycopg import wrap
 
     members = _tenant_members(args.tenant)
-    dsn = resolve_dsn(args.dsn)
+    dsn = cli_dsn(args.dsn)
     try:
         return _init(args, dsn, members)
     except (psycopg.Error, OSError) as exc:
-        raise _wrap(exc) from exc
+        raise wrap(exc) from exc
 
 
 def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) -> int:

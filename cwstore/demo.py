@@ -544,7 +544,7 @@ def run_demo(
     import psycopg
     from psycopg import sql
 
-    from ._store_base import resolve_dsn
+    from .cli_db import cli_dsn
     from .store import connect_sync
 
     if not 1 <= workers <= MAX_WORKERS:
@@ -558,10 +558,10 @@ def run_demo(
     embedded = not (dsn_arg or os.environ.get("CWSTORE_DSN"))
     if embedded:
         out.print("starting (or reusing) the embedded PostgreSQL…", highlight=False)
-    dsn = resolve_dsn(dsn_arg)
+    dsn = cli_dsn(dsn_arg)
     graph = graph or _default_graph()
 
-    with connect_sync(dsn, min_size=1, max_size=2) as store:  # migrates the schema
+    with connect_sync(dsn, min_size=1, max_size=2, migrate_schema=True) as store:
         try:
             length = store.length(graph)
         except UnknownGraphError:

@@ -52,6 +52,8 @@ from psycopg import pq
 from psycopg.rows import tuple_row
 
 from cwstore._sql import Migration, SchemaFile, migrations, schema
+from cwstore.drivers import asyncpg as _asyncpg_driver
+from cwstore.drivers import psycopg as _psycopg_driver
 from cwstore.errors import MigrationError
 
 __all__ = [
@@ -510,3 +512,29 @@ async def status(
     files = migrations() if files is None else files
     applied = await _read_applied(conn) or []
     return MigrationStatus(applied=applied, pending=plan(files, applied))
+
+
+# ---------------------------------------------------------------- by connection string
+
+
+def migrate_dsn_sync(dsn: str) -> list[int]:
+    """:func:`apply_migrations_sync` on a connection of its own to ``dsn`` (psycopg),
+    closed after. Raises :class:`MigrationError`, or a cwstore error when the server
+    cannot be reached."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return apply_migrations_sync(conn)
+    except (psycopg.Error, OSError) as exc:
+        raise _psycopg_driver.wrap(exc) from exc
+
+
+async def migrate_dsn(dsn: str) -> list[int]:
+    """The asyncpg twin of :func:`migrate_dsn_sync`."""
+    try:
+        conn = await asyncpg.connect(_asyncpg_driver.url_dsn(dsn))
+        try:
+            return await apply_migrations(conn)
+        finally:
+            await conn.close()
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise _asyncpg_driver.wrap(exc) from exc

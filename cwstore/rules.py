@@ -93,7 +93,14 @@ class Vocabulary:
 
     @classmethod
     def fixed(cls, names: Iterable[str]) -> Vocabulary:
-        return cls(tuple(names))
+        """A fixed list of 1 to 32 semantic types, as the runtime's ``nodeTypes``.
+
+        Raises :class:`cwstore.InputError` (a :class:`ValueError`) for an empty or too
+        long list, a malformed name or a name listed twice.
+        """
+        if isinstance(names, str):
+            raise InputError("a fixed vocabulary is a list of type names, not one string")
+        return cls.from_node_types([{"name": n} for n in names], "fixed vocabulary")
 
     @classmethod
     def from_node_types(cls, value: Any, source: str = "node types") -> Vocabulary:

@@ -544,7 +544,7 @@ async def test_timeouts_surface_as_store_timeout_error(
         async with _graph_locked(db_dsn, graph):
             with pytest.raises(cwstore.StoreTimeoutError) as caught:
                 await victim.call("append", graph, batch)
-            assert caught.value.pg_sqlstate == ("55P03" if setting == "lock_timeout" else "57014")
+            assert caught.value.sqlstate == ("55P03" if setting == "lock_timeout" else "57014")
             async with _graph_locked(db_dsn, other):
                 with pytest.raises(cwstore.StoreTimeoutError):
                     await victim.call("import_state", other, document(chain(2, tag=other)))
