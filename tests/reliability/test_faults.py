@@ -411,7 +411,7 @@ async def test_server_restart_while_writers_write() -> None:
                     )
                 )
             c.execute("SELECT pg_reload_conf()")
-        seeder = await cwstore.connect(dsn, min_size=1, max_size=1)  # migrates
+        seeder = await cwstore.connect(dsn, min_size=1, max_size=1, migrate_schema=True)
         await seeder.close()
         stores = [
             await Client.open("async" if i % 2 == 0 else "sync", dsn, min_size=1, max_size=2)
