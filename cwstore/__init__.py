@@ -3,7 +3,8 @@
 Public names only; everything else is private and may move.
 """
 
-from ._store_base import Cursor, GraphInfo, NodeLike, StateLike, TailItem
+from ._store_base import NodeLike, StateLike
+from .document import KINDS, AgentState, CausalNode, Vocabulary, fold_frontier, validate
 from .errors import (
     AppendOnlyError,
     ChainConflictError,
@@ -23,9 +24,17 @@ from .errors import (
     Violation,
 )
 from .identity import canonical_json, compute_id
-from .model import KINDS, AgentState, CausalNode
-from .projection import FrontierHead, KeyVersion, MemoryEntry, NodeRef, Projection, ResourceHead
-from .rules import Vocabulary, fold_frontier, validate
+from .results import (
+    Cursor,
+    FrontierHead,
+    GraphInfo,
+    KeyVersion,
+    MemoryEntry,
+    NodeRef,
+    Projection,
+    ResourceHead,
+    TailItem,
+)
 from .store import Store, connect_sync
 from .store_async import AsyncStore, connect
 

@@ -16,6 +16,17 @@ from typing import Any, LiteralString, TypeAlias, cast
 
 from . import jsontext
 from ._sql import queries
+from .document import (
+    NODE_FIELDS,
+    AgentState,
+    CausalNode,
+    Vocabulary,
+    check_nodes,
+    parse_document,
+    sort_parents,
+    validate,
+    validate_in_slices,
+)
 from .errors import (
     DivergedError,
     InputError,
@@ -25,25 +36,12 @@ from .errors import (
     Violation,
 )
 from .identity import compute_id
-from .model import AgentState, CausalNode
-from .projection import KeyVersion
-from .rules import (
-    NODE_FIELDS,
-    Vocabulary,
-    check_nodes,
-    parse_document,
-    sort_parents,
-    validate,
-    validate_in_slices,
-)
+from .results import GraphInfo, KeyVersion
 
 __all__ = [
     "COPY_COLUMNS",
-    "Cursor",
-    "GraphInfo",
     "ImportPlan",
     "PreparedBatch",
-    "TailItem",
     "as_document",
     "check_graph_name",
     "check_save",
@@ -199,60 +197,12 @@ def tenant_settings(tenant: str | None) -> dict[str, str]:
     return {"cwstore.tenant": tenant}
 
 
-@dataclass(frozen=True, slots=True)
-class GraphInfo:
-    """A graph's name, length, semantic vocabulary (``None`` = dynamic) and tenant."""
-
-    name: str
-    length: int
-    vocabulary: tuple[str, ...] | None
-    created_at: datetime
-    tenant: str = "default"
-
-
 def graph_info(row: Sequence[Any]) -> GraphInfo:
     """A ``graphs_list`` row as a :class:`GraphInfo`."""
     name, length, vocabulary, created_at, tenant = row
     return GraphInfo(
         name, int(length), None if vocabulary is None else tuple(vocabulary), created_at, tenant
     )
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Cursor:
-    """A position in the all-graphs feed (:meth:`AsyncStore.tail_all`).
-
-    Opaque to users; ``str(cursor)`` and :meth:`parse` round-trip it so a consumer can
-    persist where it stopped.
-    """
-
-    xid: int = 0
-    graph_id: int = 0
-    seq: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.xid}:{self.graph_id}:{self.seq}"
-
-    @classmethod
-    def parse(cls, text: str | Cursor | None) -> Cursor:
-        if text is None:
-            return cls()
-        if isinstance(text, Cursor):
-            return text
-        try:
-            a, b, c = (int(x) for x in str(text).split(":"))
-        except ValueError:
-            raise InputError(f"cursor {text!r} is not of the form XID:GRAPH:SEQ") from None
-        return cls(a, b, c)
-
-
-@dataclass(frozen=True, slots=True)
-class TailItem:
-    """One node of the all-graphs feed, with the cursor to resume after it."""
-
-    cursor: Cursor
-    graph: str
-    node: CausalNode
 
 
 # --- documents and batches -----------------------------------------------------------

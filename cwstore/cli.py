@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from . import jsontext
+from .document import Vocabulary, parse_document, validate
 from .errors import Error, InputError, ValidationError, Violation
-from .rules import Vocabulary, parse_document, validate
 
 __all__ = ["main"]
 

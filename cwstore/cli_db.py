@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from . import jsontext
+from .document import Vocabulary, parse_document
 from .errors import InputError
-from .rules import Vocabulary, parse_document
 
 __all__ = ["register"]
 

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .projection import Projection
+from .results import Projection
 
 __all__ = ["print_projection", "register"]
 

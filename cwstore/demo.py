@@ -46,10 +46,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .document import sort_parents
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
-from .projection import Projection
-from .rules import sort_parents
+from .results import Projection
 
 __all__ = ["register", "run_demo"]
 

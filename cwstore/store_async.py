@@ -25,12 +25,9 @@ from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
     COPY_COLUMNS,
     TAIL_BATCH_BYTES,
-    Cursor,
-    GraphInfo,
     ImportPlan,
     NodeLike,
     StateLike,
-    TailItem,
     as_document,
     as_of_args,
     check_after,
@@ -50,12 +47,11 @@ from ._store_base import (
     tenant_settings,
     vocabulary_arg,
 )
+from .document import AgentState, CausalNode, Vocabulary
 from .drivers._protocol import AsyncConnection, AsyncPool, Row
 from .drivers.asyncpg import AsyncpgPool
 from .errors import DivergedError, SchemaNotReadyError, UnknownGraphError, ValidationError, renumber
-from .model import AgentState, CausalNode
-from .projection import KeyVersion, Projection
-from .rules import Vocabulary
+from .results import Cursor, GraphInfo, KeyVersion, Projection, TailItem
 
 __all__ = ["AsyncStore", "connect"]
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from cwstore import jsontext
-from cwstore.rules import fold_frontier, validate
+from cwstore.document import fold_frontier, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = Path(__file__).with_name("stateweave_turn.json")

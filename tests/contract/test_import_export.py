@@ -29,7 +29,7 @@ from cwstore import (
     Vocabulary,
     jsontext,
 )
-from cwstore.rules import fold_frontier, validate
+from cwstore.document import fold_frontier, validate
 from cwstore.testing import GraphBuilder, generate_session, odd_values, reseal
 
 EXAMPLE_PATH = Path(__file__).with_name("stateweave_turn.json")

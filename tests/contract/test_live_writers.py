@@ -31,7 +31,7 @@ from cwstore import (
     fold_frontier,
     jsontext,
 )
-from cwstore.rules import sort_parents
+from cwstore.document import sort_parents
 from cwstore.testing import GraphBuilder
 
 T0 = "2026-12-02T08:43:04.123Z"

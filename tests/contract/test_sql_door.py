@@ -29,8 +29,8 @@ import pytest
 
 import cwstore
 from cwstore import jsontext
+from cwstore.document import validate
 from cwstore.identity import compute_id
-from cwstore.rules import validate
 from cwstore.testing import GraphBuilder
 
 
@@ -382,7 +382,7 @@ def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> N
 
 
 def test_a_resource_key_has_a_documented_length_limit(door: Door, writer: Any) -> None:
-    limit = cwstore.rules.RESOURCE_KEY_MAX_BYTES
+    limit = cwstore.document.RESOURCE_KEY_MAX_BYTES
     b = GraphBuilder()
     b.system("contract")
     ok = b.resource("src/" + "a" * (limit - 4), {"v": 1})

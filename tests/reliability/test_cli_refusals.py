@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import cwstore
 from cwstore import jsontext
-from cwstore.rules import parse_document, validate
+from cwstore.document import parse_document, validate
 from cwstore.testing import GraphBuilder
 
 REPO = Path(__file__).resolve().parents[2]

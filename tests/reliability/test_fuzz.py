@@ -39,7 +39,7 @@ from reliability_support import SPEC_CODES
 
 import cwstore
 from cwstore import ChainConflictError, ValidationError, fold_frontier, jsontext
-from cwstore.rules import NODE_FIELDS, parse_document, sort_parents
+from cwstore.document import NODE_FIELDS, parse_document, sort_parents
 from cwstore.testing import example_turn, generate_session, reseal
 
 EXAMPLES = 100

@@ -50,8 +50,8 @@ from test_fuzz import (
 
 import cwstore
 from cwstore import ValidationError, fold_frontier, jsontext
+from cwstore.document import parse_document
 from cwstore.identity import canonical_json, identity_object
-from cwstore.rules import parse_document
 
 TENANT = "fuzz"
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -24,7 +24,7 @@ from reliability_support import CLIENTS, T0, Client, assert_graph, chain, docume
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext
-from cwstore.rules import SEMANTIC_CONTENT_MAX
+from cwstore.document import SEMANTIC_CONTENT_MAX
 
 BIG_NODES = 200_000
 # Peak RSS growth of the process while import_state runs, as a multiple of the

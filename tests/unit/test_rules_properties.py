@@ -23,9 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cwstore import jsontext
+from cwstore.document import KINDS, fold_frontier, resource_heads, validate
 from cwstore.identity import canonical_json, compute_id, key_order
-from cwstore.model import KINDS
-from cwstore.rules import fold_frontier, resource_heads, validate
 from cwstore.testing import GraphBuilder, generate_session
 
 NODE = shutil.which("node") or ("/usr/bin/node" if Path("/usr/bin/node").exists() else None)

@@ -26,16 +26,16 @@ from typing import Any
 import pytest
 
 from cwstore import jsontext
-from cwstore.errors import InputError, Violation
-from cwstore.identity import compute_id
-from cwstore.model import AgentState
-from cwstore.rules import (
+from cwstore.document import (
+    AgentState,
     Vocabulary,
     fold_frontier,
     parse_document,
     sort_parents,
     validate,
 )
+from cwstore.errors import InputError, Violation
+from cwstore.identity import compute_id
 from cwstore.testing import (
     EXAMPLE_FRONTIER,
     GraphBuilder,
