@@ -85,15 +85,18 @@ COPY_COLUMNS = (
 """The node table's columns, in the order of :meth:`ImportPlan.records`."""
 
 
-def resolve_dsn(dsn: str | None, *, embedded: bool = False) -> str:
-    """The DSN to use: the argument, else ``CWSTORE_DSN``; the embedded server only when
-    ``embedded`` is true (started or reused in ``CWSTORE_HOME``).
+def resolve_dsn(dsn: str | None, *, embedded: bool | None = False) -> str:
+    """The DSN to use: the argument, else ``CWSTORE_DSN``; the embedded server (started
+    or reused in ``CWSTORE_HOME``) when ``embedded`` is true, or when it is ``None``
+    (the CLI's default) and there is neither.
 
     Raises :class:`InputError` (a :class:`ValueError`) when there is none, or when both
     a DSN and ``embedded`` are given; nothing is started then.
     """
     if dsn is not None and not isinstance(dsn, str):
         raise InputError(f"dsn must be a connection string, got {type(dsn).__name__}")
+    if embedded is None and not (dsn or os.environ.get("CWSTORE_DSN")):
+        embedded = True
     if embedded:
         if dsn:
             raise InputError("give a dsn or embedded=True, not both")

@@ -544,7 +544,7 @@ def run_demo(
     import psycopg
     from psycopg import sql
 
-    from .cli_db import cli_dsn
+    from ._store_base import resolve_dsn
     from .store import connect_sync
 
     if not 1 <= workers <= MAX_WORKERS:
@@ -558,7 +558,7 @@ def run_demo(
     embedded = not (dsn_arg or os.environ.get("CWSTORE_DSN"))
     if embedded:
         out.print("starting (or reusing) the embedded PostgreSQL…", highlight=False)
-    dsn = cli_dsn(dsn_arg)
+    dsn = resolve_dsn(dsn_arg, embedded=None)
     graph = graph or _default_graph()
 
     with connect_sync(dsn, min_size=1, max_size=2, migrate_schema=True) as store:
