@@ -417,6 +417,7 @@ def check_nodes(
     require_sequence: bool = True,
     state: CheckState | None = None,
     offset: int = 0,
+    optional_fields: frozenset[str] = frozenset(),
 ) -> list[Violation]:
     """Check nodes in order against what came before them.
 
@@ -424,7 +425,8 @@ def check_nodes(
     resource key to its current head; the node at list index ``i`` must carry
     ``sequence == first_sequence + i`` when ``require_sequence``. To check a long list
     in slices (while a bulk load streams), pass the same ``state`` and each slice's
-    ``offset`` in the whole list.
+    ``offset`` in the whole list. Fields in ``optional_fields`` may be absent (an append
+    batch's ``id`` and ``sequence``: computed or assigned by the store).
     """
     out: list[Violation] = []
     if state is None:
@@ -451,7 +453,7 @@ def check_nodes(
         for name in node:
             if name not in NODE_FIELDS:
                 bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
-        missing = [f for f in _REQUIRED_NODE_FIELDS if f not in node]
+        missing = [f for f in _REQUIRED_NODE_FIELDS if f not in node and f not in optional_fields]
         for f in missing:
             bad("shape", np, f"node is missing field {f!r}")
 
