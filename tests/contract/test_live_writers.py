@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.documents import GraphBuilder
 
 import cwstore
 from cwstore import (
@@ -32,7 +33,6 @@ from cwstore import (
     jsontext,
 )
 from cwstore.document import sort_parents
-from cwstore.testing import GraphBuilder
 
 T0 = "2026-12-02T08:43:04.123Z"
 EMPTY_STATE: dict[str, Any] = {"version": 1, "nodes": [], "frontier": []}

@@ -26,12 +26,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.documents import GraphBuilder
 
 import cwstore
 from cwstore import jsontext
 from cwstore.document import validate
 from cwstore.identity import compute_id
-from cwstore.testing import GraphBuilder
 
 
 @dataclass

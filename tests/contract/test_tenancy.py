@@ -26,13 +26,13 @@ from typing import Any
 import asyncpg
 import psycopg
 import pytest
-from contract_support import ThreadedStore, dsn_as
 from psycopg import sql
+from support.documents import GraphBuilder
+from support.stores import ThreadedStore, dsn_as
 
 import cwstore
 from cwstore import migrate, roles
 from cwstore._sql import Migration, migrations
-from cwstore.testing import GraphBuilder
 
 READ_API = {
     "seq_at_time(text,timestampwithtimezone)",

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from contract_support import ThreadedStore
+from support.stores import ThreadedStore
 
 import cwstore
 from cwstore import Vocabulary

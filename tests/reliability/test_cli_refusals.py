@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support.documents import GraphBuilder
 
 import cwstore
 from cwstore import jsontext
 from cwstore.document import parse_document, validate
-from cwstore.testing import GraphBuilder
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -29,7 +29,7 @@ import asyncpg
 import psycopg
 import pytest
 from psycopg import sql
-from reliability_support import (
+from support.reliability import (
     CLIENTS,
     Client,
     assert_graph,

@@ -35,7 +35,7 @@ import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reliability_support import SPEC_CODES
+from support.reliability import SPEC_CODES
 from test_fuzz import (
     BASES,
     FUZZ_SETTINGS,

@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from reliability_support import CLIENTS, T0, Client, assert_graph, chain, document
+from support.reliability import CLIENTS, T0, Client, assert_graph, chain, document
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext

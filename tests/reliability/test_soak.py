@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from reliability_support import INFINITY_SEQ, T0, pids_of, terminate, with_params
+from support.reliability import INFINITY_SEQ, T0, pids_of, terminate, with_params
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext

@@ -8,9 +8,9 @@ from typing import Any
 
 import pydantic
 import pytest
+from support.documents import GraphBuilder
 
 from cwstore import CausalNode
-from cwstore.testing import GraphBuilder
 
 
 def _objs() -> list[dict[str, Any]]:

@@ -41,9 +41,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import jsontext
-from .document import BUILTIN_TYPES, KINDS, semantic_resource_key, sort_parents
-from .identity import compute_id
+from cwstore import jsontext
+from cwstore.document import BUILTIN_TYPES, KINDS, semantic_resource_key, sort_parents
+from cwstore.identity import compute_id
 
 __all__ = [
     "DEFAULT_BASE_TIME",
