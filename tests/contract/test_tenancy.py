@@ -83,7 +83,8 @@ def setup(db_dsn: str) -> Iterator[Roles]:
         roles.add_tenant_member_sync(conn, "globex", names["bob"])
         roles.add_tenant_member_sync(conn, "acme", names["carol"])
     try:
-        yield Roles(db_dsn, *(dsn_as(db_dsn, names[w]) for w in ("alice", "bob", "carol")), names)
+        alice, bob, carol = (dsn_as(db_dsn, names[w]) for w in ("alice", "bob", "carol"))
+        yield Roles(db_dsn, alice, bob, carol, names)
     finally:
         with psycopg.connect(db_dsn, autocommit=True) as conn:
             for name in names.values():

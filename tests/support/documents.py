@@ -277,8 +277,9 @@ class GraphBuilder:
         first = self.latest("system") is None
         return self.append("system", text, parents, advance=not first)
 
-    def goal(self, text: str, *, parents: Sequence[str] | None = None) -> dict[str, Any]:
-        """A user task; parents default to the latest system node plus the frontier."""
+    def goal(self, text: Any, *, parents: Sequence[str] | None = None) -> dict[str, Any]:
+        """A user task (the runtime writes text; any JSON payload is accepted); parents
+        default to the latest system node plus the frontier."""
         if parents is None:
             system = self.latest("system")
             parents = list(dict.fromkeys([*([system] if system else []), *self._frontier]))
