@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeAlias
 from urllib.parse import quote, urlencode
 
 import asyncpg
@@ -21,7 +21,16 @@ from .._sql import queries
 from ..errors import DatabaseError, Error, InputError, map_error
 from ._protocol import Row
 
-__all__ = ["AsyncpgPool", "url_dsn"]
+__all__ = [
+    "ERRORS",
+    "AsyncpgConnection",
+    "AsyncpgPool",
+    "DriverError",
+    "RawConnection",
+    "open_raw",
+    "url_dsn",
+    "wrap",
+]
 
 _ERRORS = (
     asyncpg.PostgresError,
@@ -30,6 +39,12 @@ _ERRORS = (
     OSError,
     ConnectionError,
 )
+ERRORS = _ERRORS
+"""Every error the driver (or the socket under it) raises."""
+DriverError = asyncpg.PostgresError
+"""An error the server sent; ``.sqlstate`` is its code."""
+RawConnection: TypeAlias = asyncpg.Connection
+"""The driver's own connection, as callers of :mod:`cwstore.migrate` hand it over."""
 _Q = queries()
 
 
@@ -66,6 +81,15 @@ def wrap(exc: BaseException) -> Error:
     return DatabaseError(f"{type(exc).__name__}: {exc}")
 
 
+async def open_raw(dsn: str) -> RawConnection:
+    """A connection of the driver's own to ``dsn``; a cwstore error when it cannot be
+    opened."""
+    try:
+        return await asyncpg.connect(url_dsn(dsn))
+    except _ERRORS as exc:
+        raise wrap(exc) from exc
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """The pool's reset on release: nothing beyond asyncpg's own (roll back a transaction
     left open, drop listeners).
@@ -97,6 +121,14 @@ class AsyncpgConnection:
 
     async def execute(self, query: LiteralString, *args: Any) -> None:
         await self.raw.execute(query, *args)
+
+    async def execute_script(self, script: LiteralString) -> None:
+        """Run a multi-statement script (never prepared, no parameters)."""
+        await self.raw.execute(script)
+
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the connection."""
+        return self.raw.is_in_transaction()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import select
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeAlias
 
 import psycopg
-from psycopg import sql
-from psycopg.rows import TupleRow
+from psycopg import pq, sql
+from psycopg.rows import TupleRow, tuple_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool
 
@@ -22,9 +22,23 @@ from .._sql import queries
 from ..errors import DatabaseError, Error, map_error
 from ._protocol import Row
 
-__all__ = ["PsycopgPool"]
+__all__ = [
+    "ERRORS",
+    "DriverError",
+    "PsycopgConnection",
+    "PsycopgPool",
+    "RawConnection",
+    "open_raw",
+    "wrap",
+]
 
 _ERRORS = (psycopg.Error, OSError)
+ERRORS = _ERRORS
+"""Every error the driver (or the socket under it) raises."""
+DriverError = psycopg.Error
+"""An error of the driver; ``.sqlstate`` is the server's code when the server sent it."""
+RawConnection: TypeAlias = "psycopg.Connection[Any]"
+"""The driver's own connection, as callers of :mod:`cwstore.migrate` hand it over."""
 _Q = queries()
 Conn = psycopg.Connection[TupleRow]
 
@@ -53,21 +67,38 @@ class _AbortCopy(Exception):
 class PsycopgConnection:
     """A psycopg connection behind the :class:`Connection` protocol."""
 
-    def __init__(self, raw: Conn) -> None:
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
 
+    def _cursor(self) -> psycopg.RawCursor[TupleRow]:
+        # $1 placeholders and plain tuples, whatever the connection's own factories.
+        return psycopg.RawCursor(self.raw, row_factory=tuple_row)
+
     def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
-        return self.raw.execute(query, args).fetchall()
+        with self._cursor() as cur:
+            return cur.execute(query, args).fetchall()
 
     def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
-        return self.raw.execute(query, args).fetchone()
+        with self._cursor() as cur:
+            return cur.execute(query, args).fetchone()
 
     def fetchval(self, query: LiteralString, *args: Any) -> Any:
-        row = self.raw.execute(query, args).fetchone()
+        with self._cursor() as cur:
+            row = cur.execute(query, args).fetchone()
         return None if row is None else row[0]
 
     def execute(self, query: LiteralString, *args: Any) -> None:
-        self.raw.execute(query, args)
+        with self._cursor() as cur:
+            cur.execute(query, args)
+
+    def execute_script(self, script: LiteralString) -> None:
+        """Run a multi-statement script (never prepared, no parameters)."""
+        with self._cursor() as cur:
+            cur.execute(script, prepare=False)
+
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the connection."""
+        return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -92,6 +123,15 @@ class PsycopgConnection:
         except _AbortCopy:
             assert refused is not None
             raise refused from None
+
+
+def open_raw(dsn: str) -> RawConnection:
+    """A connection of the driver's own to ``dsn`` (autocommit); a cwstore error when it
+    cannot be opened."""
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except _ERRORS as exc:
+        raise wrap(exc) from exc
 
 
 class PsycopgListener(PsycopgConnection):
