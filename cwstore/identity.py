@@ -105,7 +105,7 @@ def compute_id(kind: str, parents: list[str], payload: Any, resource_key: str | 
     """The node id the runtime computes for this content.
 
     ``parents`` are hashed as given: the runtime stores them sorted and unique, and
-    callers that build nodes should sort them first (:func:`cwstore.rules.sort_parents`).
+    callers that build nodes should sort them first (:func:`cwstore.document.sort_parents`).
     The value must be free of :func:`cwstore.jsontext.problems`.
     """
     text = canonical_json(identity_object(kind, parents, payload, resource_key))

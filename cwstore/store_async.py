@@ -1,8 +1,11 @@
-"""AsyncStore: the asyncio client, on an asyncpg pool.
+"""AsyncStore: the asyncio client, over the driver layer's :class:`AsyncPool` (asyncpg).
 
 Every write is one call of a SQL function (or, for import, one COPY between two), so
 the rules live in the database and this class stays thin: prepare arguments with
 :mod:`cwstore._store_base`, run a named query, map rows and errors back.
+
+This module is written once: ``tools/async_to_sync.py`` generates :mod:`cwstore.store`
+(the sync :class:`Store`, over psycopg) from it, and CI fails when the two drift.
 
 Nothing here relies on session state: appends and reads work through a
 transaction-mode pooler. :meth:`AsyncStore.tail` and :meth:`AsyncStore.tail_all`
@@ -12,36 +15,29 @@ the truth), which a transaction-mode pooler cannot hold: point those at the serv
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
-from urllib.parse import quote, urlencode
-
-import asyncpg
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from typing import Self
 
 from . import migrate
 from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
+    COPY_COLUMNS,
     TAIL_BATCH_BYTES,
-    Cursor,
-    DivergedError,
-    GraphInfo,
     ImportPlan,
-    TailItem,
+    NodeLike,
+    StateLike,
     as_document,
     as_of_args,
+    check_after,
     check_graph_name,
     check_read_length,
     check_save,
     export_rows,
     export_text,
+    graph_info,
     key_version,
-    map_constraint,
     node_from_row,
     prepare_batch,
     q,
@@ -49,24 +45,16 @@ from ._store_base import (
     state_from_text,
     stored_nodes,
     tenant_settings,
+    vocabulary_arg,
 )
-from .errors import DatabaseError, Error, InputError, UnknownGraphError
-from .model import AgentState, CausalNode
-from .projection import KeyVersion, Projection
-from .rules import Vocabulary
+from .document import AgentState, CausalNode, Vocabulary
+from .drivers._protocol import AsyncConnection, AsyncPool, Row
+from .drivers.asyncpg import AsyncpgPool
+from .errors import DivergedError, SchemaNotReadyError, UnknownGraphError, ValidationError, renumber
+from .results import Cursor, GraphInfo, KeyVersion, Projection, TailItem
 
 __all__ = ["AsyncStore", "connect"]
 
-_COPY_COLUMNS = (
-    "graph_id",
-    "seq",
-    "id",
-    "kind",
-    "parents",
-    "payload_text",
-    "created_at_text",
-    "resource_key",
-)
 _TAIL_BATCH = 1000
 _POLL_SECONDS = 1.0
 
@@ -76,98 +64,62 @@ async def connect(
     *,
     min_size: int = 1,
     max_size: int = 10,
-    migrate_schema: bool = True,
+    migrate_schema: bool = False,
     tenant: str | None = None,
+    embedded: bool = False,
 ) -> AsyncStore:
     """Open an :class:`AsyncStore`.
 
-    ``dsn`` defaults to ``CWSTORE_DSN``, else the embedded server (started or reused in
-    ``CWSTORE_HOME``). With ``migrate_schema`` the schema is brought up to date first
-    (idempotent; safe when many processes connect at once). ``tenant`` is the tenant
-    of graphs this store creates (the session setting ``cwstore.tenant``); whether
-    the role may use it is checked by the database (docs/reliability.md, "Roles and
-    tenants").
+    Parameters
+    ----------
+    dsn:
+        The database; defaults to the ``CWSTORE_DSN`` environment variable.
+    min_size, max_size:
+        Bounds of the connection pool.
+    migrate_schema:
+        Bring the schema up to date first (idempotent; safe when many processes
+        connect at once). Off by default: deploy the schema with ``cwstore init``.
+    tenant:
+        The tenant of graphs this store creates (the session setting
+        ``cwstore.tenant``); whether the role may use it is checked by the database.
+    embedded:
+        Start (or reuse) the embedded PostgreSQL in ``CWSTORE_HOME`` and use it
+        (needs the ``server`` extra). Never implied.
+
+    Raises
+    ------
+    InputError
+        (a :class:`ValueError`) no ``dsn``, no ``CWSTORE_DSN`` and not ``embedded``;
+        or both ``dsn`` and ``embedded``; or a bad ``tenant``. Nothing was started.
+    SchemaNotReadyError
+        The database holds no cwstore schema (run ``cwstore init``).
+    DatabaseError
+        The server could not be reached.
     """
-    real = url_dsn(resolve_dsn(dsn))
     settings = tenant_settings(tenant)
+    real = resolve_dsn(dsn, embedded=embedded)
+    if migrate_schema:
+        await migrate.migrate_dsn(real)
+    pool = await AsyncpgPool.open(real, min_size=min_size, max_size=max_size, settings=settings)
     try:
-        if migrate_schema:
-            conn = await asyncpg.connect(real)
-            try:
-                await migrate.apply_migrations(conn)
-            finally:
-                await conn.close()
-        pool = await asyncpg.create_pool(
-            real,
-            min_size=min_size,
-            max_size=max_size,
-            server_settings=settings,
-            reset=_keep_session,
-        )
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise _wrap(exc) from exc
-    return AsyncStore(pool, real)
-
-
-def url_dsn(dsn: str) -> str:
-    """``dsn`` as a URL: asyncpg takes only URLs, libpq (and ``connect_sync``) also
-    ``key=value`` strings. A URL is returned as given; a ``key=value`` string (parsed by
-    psycopg, as libpq would) becomes ``postgresql:///dbname?key=value&...``, every other
-    setting a query parameter, which asyncpg reads as libpq does. Raises :class:`InputError` for a
-    string libpq would refuse."""
-    if "://" in dsn:
-        return dsn
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise InputError(f"not a connection string: {exc}") from None
-    database = quote(str(params.pop("dbname", "")), safe="")
-    query = urlencode({k: str(v) for k, v in params.items()}, quote_via=quote)
-    return f"postgresql:///{database}?{query}"
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """The pool's reset on release: nothing beyond asyncpg's own (roll back a transaction
-    left open, drop listeners).
-
-    asyncpg's default also sends ``RESET ALL; UNLISTEN *; CLOSE ALL;
-    pg_advisory_unlock_all()``, a round trip on every release, for session state a
-    caller may have set. The store's connections are its own: no method sets a session
-    variable, listens, keeps a cursor or takes a session lock on them (``tail`` listens
-    on a connection of its own), so there is nothing to undo, and a single-node append
-    is one round trip instead of two.
-    """
-
-
-def _wrap(exc: BaseException, batch_ids: Sequence[str] = ()) -> Error:
-    if isinstance(exc, Error):
-        return exc
-    if isinstance(exc, asyncpg.PostgresError):
-        return map_constraint(
-            exc.sqlstate,
-            str(getattr(exc, "message", None) or exc),
-            getattr(exc, "detail", None),
-            getattr(exc, "constraint_name", None),
-            batch_ids,
-        )
-    return DatabaseError(f"{type(exc).__name__}: {exc}")
-
-
-_DB_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    OSError,
-    ConnectionError,
-)
+        async with pool.connection() as conn:
+            if not await conn.fetchval(q("schema_present")):
+                raise SchemaNotReadyError(
+                    "this database holds no cwstore schema: run `cwstore init` "
+                    "(or connect with migrate_schema=True)"
+                )
+    except BaseException:
+        await pool.close()
+        raise
+    return AsyncStore(pool)
 
 
 class AsyncStore:
     """The async client of one cwstore database. Use :func:`connect` to make one."""
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+    def __init__(self, pool: AsyncPool) -> None:
         self._pool = pool
-        self.dsn = dsn
+        self.dsn = pool.dsn
 
     async def __aenter__(self) -> Self:
         return self
@@ -184,15 +136,7 @@ class AsyncStore:
         """Close every connection of the pool."""
         await self._pool.close()
 
-    @asynccontextmanager
-    async def _conn(self, batch_ids: Sequence[str] = ()) -> AsyncIterator[Any]:
-        try:
-            async with self._pool.acquire() as conn:
-                yield conn
-        except _DB_ERRORS as exc:
-            raise _wrap(exc, batch_ids) from exc
-
-    async def _graph(self, conn: asyncpg.Connection, graph: str) -> asyncpg.Record:
+    async def _graph(self, conn: AsyncConnection, graph: str) -> Row:
         check_graph_name(graph)
         row = await conn.fetchrow(q("graph_get"), graph)
         if row is None:
@@ -203,28 +147,19 @@ class AsyncStore:
 
     async def graphs(self) -> list[GraphInfo]:
         """Every graph this role may read, with its length, vocabulary and tenant."""
-        async with self._conn() as conn:
+        async with self._pool.connection() as conn:
             rows = await conn.fetch(q("graphs_list"))
-        return [
-            GraphInfo(
-                r["name"],
-                r["length"],
-                tuple(r["vocabulary"]) if r["vocabulary"] else None,
-                r["created_at"],
-                r["tenant"],
-            )
-            for r in rows
-        ]
+        return [graph_info(r) for r in rows]
 
     async def length(self, graph: str) -> int:
         """How many nodes the graph holds. Raises :class:`UnknownGraphError`."""
-        async with self._conn() as conn:
-            return int((await self._graph(conn, graph))["length"])
+        async with self._pool.connection() as conn:
+            return int((await self._graph(conn, graph))[1])
 
     # --- import and replay ---------------------------------------------------------------
 
     async def import_state(
-        self, graph: str, state: Any, *, vocabulary: Vocabulary | None = None
+        self, graph: str, state: StateLike, *, vocabulary: Vocabulary | None = None
     ) -> int:
         """Import a whole AgentState into an empty (or new) graph; returns its length.
 
@@ -238,24 +173,24 @@ class AsyncStore:
         check_graph_name(graph)
         vocab = vocabulary or Vocabulary.dynamic()
         plan = ImportPlan(state, vocab)
-        async with self._conn() as conn, conn.transaction():
-            graph_id = await conn.fetchval(q("begin_import"), graph, _vocab_arg(vocab))
+        async with self._pool.connection() as conn, conn.transaction():
+            graph_id = await conn.fetchval(q("begin_import"), graph, vocabulary_arg(vocab))
             owner = await conn.fetchval(q("may_copy_nodes"))
             if owner:
-                await _copy_or_fail(conn, plan, graph_id)
+                await conn.copy_records("cwstore", "nodes", COPY_COLUMNS, plan.records(graph_id))
             else:
                 for columns in plan.column_slices(graph_id):
                     await conn.fetchval(q("import_rows"), graph_id, *columns)
             await conn.execute(q("declare_frontier"), graph_id, plan.frontier)
         if owner and plan.count >= BULK_ANALYZE_THRESHOLD:
-            async with self._conn() as conn:
+            async with self._pool.connection() as conn:
                 await conn.execute(q("analyze_graph_tables"))
         return plan.count
 
     async def _export(self, graph: str, as_of: int | datetime | None) -> tuple[str, list[str]]:
         check_graph_name(graph)
         seq, at = as_of_args(as_of)
-        async with self._conn() as conn:
+        async with self._pool.connection() as conn:
             rows = await conn.fetch(q("export"), graph, seq, at)
         return export_rows(graph, seq, rows)
 
@@ -279,32 +214,37 @@ class AsyncStore:
     async def append(
         self,
         graph: str,
-        nodes: Iterable[Any],
+        nodes: Iterable[NodeLike],
         *,
         expected_length: int | None = None,
         frontier: Sequence[str] | None = None,
     ) -> list[CausalNode]:
         """Append a batch of nodes; returns them as stored, with ids and sequences.
 
-        See :func:`cwstore._store_base.prepare_batch` for what a node may omit. The
-        batch commits whole or not at all. Nodes the graph already holds are returned
-        as stored and not written again (idempotent retries). ``frontier`` declares the
-        frontier after the batch; without it the fold of SPEC section 4 applies.
+        A node may omit ``id``, ``sequence`` and ``createdAt``: its parents are sorted
+        and deduplicated as the runtime does, its id computed (SPEC section 2), its
+        ``createdAt`` set to now; a given ``id`` is verified, a given ``sequence``
+        ignored. The batch commits whole or not at all. Nodes the graph already holds
+        are returned as stored and not written again (idempotent retries). ``frontier``
+        declares the frontier after the batch; without it the fold of SPEC section 4
+        applies.
 
         Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
         ``expected_length``), :class:`ChainConflictError` (a key moved on).
         """
         check_graph_name(graph)
         batch = prepare_batch(nodes, frontier)
-        ids = [n.get("id", "") for n in batch.nodes]
-        async with self._conn(ids) as conn:
-            rows = await conn.fetch(
-                q("append"), graph, batch.json, expected_length, batch.frontier_json
-            )
+        try:
+            async with self._pool.connection() as conn:
+                rows = await conn.fetch(
+                    q("append"), graph, batch.json, expected_length, batch.frontier_json
+                )
+        except ValidationError as exc:
+            raise renumber(exc, [n.get("id", "") for n in batch.nodes]) from exc.__cause__
         return stored_nodes(batch.nodes, rows)
 
     async def save(
-        self, graph: str, state: Any, *, expected_length: int | None = None
+        self, graph: str, state: StateLike, *, expected_length: int | None = None
     ) -> list[CausalNode]:
         """Persist a whole state the runtime handed back: append only what is new.
 
@@ -316,17 +256,17 @@ class AsyncStore:
         check_graph_name(graph)
         doc = as_document(state)
         nodes = doc["nodes"]
-        async with self._conn() as conn:
+        async with self._pool.connection() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
-            stored = check_save(graph, doc, row["length"] if row else 0, expected_length)
+            stored = check_save(graph, doc, row[1] if row else 0, expected_length)
             if stored and row is not None:
                 bad = await conn.fetchval(
-                    q("first_mismatch"), row["graph_id"], [n["id"] for n in nodes[:stored]]
+                    q("first_mismatch"), row[0], [n["id"] for n in nodes[:stored]]
                 )
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
                 if stored == len(nodes):
-                    current = [r[0] for r in await conn.fetch(q("frontier_now"), row["graph_id"])]
+                    current = [r[0] for r in await conn.fetch(q("frontier_now"), row[0])]
                     if current == list(doc["frontier"]):
                         return []
         if not nodes:
@@ -339,9 +279,9 @@ class AsyncStore:
     async def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's
         parents."""
-        async with self._conn() as conn:
+        async with self._pool.connection() as conn:
             g = await self._graph(conn, graph)
-            return [r[0] for r in await conn.fetch(q("frontier_now"), g["graph_id"])]
+            return [r[0] for r in await conn.fetch(q("frontier_now"), g[0])]
 
     # --- reading state ---------------------------------------------------------------------
 
@@ -353,7 +293,7 @@ class AsyncStore:
         """
         check_graph_name(graph)
         seq, at = as_of_args(as_of)
-        async with self._conn() as conn:
+        async with self._pool.connection() as conn:
             value = await conn.fetchval(q("projection_at"), graph, seq, at)
         projection = Projection.from_text(graph, value)
         check_read_length(graph, seq, projection.length)
@@ -361,57 +301,30 @@ class AsyncStore:
 
     async def history(self, graph: str, key: str) -> list[KeyVersion]:
         """Every version of a resource or semantic key, oldest first."""
-        async with self._conn() as conn:
+        async with self._pool.connection() as conn:
             g = await self._graph(conn, graph)
-            rows = await conn.fetch(q("key_history"), g["graph_id"], key)
+            rows = await conn.fetch(q("key_history"), g[0], key)
         return [key_version(key, r) for r in rows]
 
     # --- following -------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _listener(self) -> AsyncIterator[tuple[asyncpg.Connection, asyncio.Event]]:
-        event = asyncio.Event()
-        try:
-            conn = await asyncpg.connect(self.dsn)
-        except _DB_ERRORS as exc:
-            raise _wrap(exc) from exc
-
-        def wake(*_: Any) -> None:
-            event.set()
-
-        try:
-            await conn.add_listener("cwstore", wake)
-            await conn.execute(q("listen"))
-            yield conn, event
-        finally:
-            with suppress(*_DB_ERRORS):
-                await conn.execute(q("unlisten"))
-            with suppress(*_DB_ERRORS):
-                await conn.close()
 
     async def tail(self, graph: str, after: int = 0) -> AsyncIterator[CausalNode]:
         """Yield the graph's nodes with sequence > ``after``, in order, then follow new
         commits live, forever (break out of the loop to stop). No gaps, no duplicates:
         commit order equals sequence order within a graph."""
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise InputError(f"after must be a sequence number >= 0, got {after!r}")
-        async with self._listener() as (conn, event):
+        check_after(after)
+        async with self._pool.listener() as conn:
             g = await self._graph(conn, graph)
-            graph_id, last = int(g["graph_id"]), after
+            graph_id, last = int(g[0]), after
             while True:
-                event.clear()
-                try:
-                    rows = await conn.fetch(
-                        q("tail_graph"), graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES
-                    )
-                except _DB_ERRORS as exc:
-                    raise _wrap(exc) from exc
+                rows = await conn.fetch(
+                    q("tail_graph"), graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES
+                )
                 for r in rows:
                     last = int(r[0])
                     yield node_from_row(*r)
                 if not rows:
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), _POLL_SECONDS)
+                    await conn.wait(_POLL_SECONDS)
 
     async def tail_all(self, after: Cursor | str | None = None) -> AsyncIterator[TailItem]:
         """One feed of every graph's new nodes, live, with a resumable cursor.
@@ -421,69 +334,18 @@ class AsyncStore:
         long-running ones).
         """
         cursor = Cursor.parse(after)
-        async with self._listener() as (conn, event):
+        async with self._pool.listener() as conn:
             while True:
-                event.clear()
-                try:
-                    rows = await conn.fetch(
-                        q("tail_all"),
-                        cursor.xid,
-                        cursor.graph_id,
-                        cursor.seq,
-                        _TAIL_BATCH,
-                        TAIL_BATCH_BYTES,
-                    )
-                except _DB_ERRORS as exc:
-                    raise _wrap(exc) from exc
+                rows = await conn.fetch(
+                    q("tail_all"),
+                    cursor.xid,
+                    cursor.graph_id,
+                    cursor.seq,
+                    _TAIL_BATCH,
+                    TAIL_BATCH_BYTES,
+                )
                 for r in rows:
                     cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
                     yield TailItem(cursor, r[2], node_from_row(*r[3:]))
                 if not rows:
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), _POLL_SECONDS)
-
-
-def _vocab_arg(vocab: Vocabulary) -> list[str] | None:
-    return list(vocab.types) if vocab.types is not None else None
-
-
-async def _copy_or_fail(conn: Any, plan: ImportPlan, graph_id: int) -> None:
-    """COPY the plan's rows; if the connection dies meanwhile, fail instead of waiting.
-
-    asyncpg's COPY can wait forever for a socket that will never drain once the backend
-    is gone, so a termination listener cancels it.
-    """
-    copy = asyncio.ensure_future(
-        conn.copy_records_to_table(
-            "nodes",
-            schema_name="cwstore",
-            columns=_COPY_COLUMNS,
-            records=_streamed(plan.records(graph_id)),
-        )
-    )
-    lost = False
-
-    def on_lost(_: Any) -> None:
-        nonlocal lost
-        lost = True
-        copy.cancel()
-
-    conn.add_termination_listener(on_lost)
-    try:
-        await copy
-    except asyncio.CancelledError:
-        if not lost:
-            raise
-        raise DatabaseError(
-            "the connection was lost during the import; nothing was written"
-        ) from None
-    finally:
-        conn.remove_termination_listener(on_lost)
-
-
-async def _streamed(rows: Iterable[tuple[Any, ...]]) -> AsyncIterator[tuple[Any, ...]]:
-    """Hand rows to COPY, letting the event loop send each slice while the next is built."""
-    for i, row in enumerate(rows):
-        if i % 1000 == 0:
-            await asyncio.sleep(0)
-        yield row
+                    await conn.wait(_POLL_SECONDS)

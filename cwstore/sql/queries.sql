@@ -98,3 +98,7 @@ SELECT cwstore.listen_v1()
 -- name: unlisten
 -- Stop being woken (the row also goes when the backend exits and someone registers).
 SELECT cwstore.unlisten_v1()
+
+-- name: schema_present
+-- Whether this database holds cwstore's schema: a store checks it once when it connects.
+SELECT to_regclass('cwstore.nodes') IS NOT NULL

@@ -20,7 +20,7 @@ __all__ = ["serve"]
 
 
 def serve(
-    dsn: str | None,
+    dsn: str,
     *,
     graph: str | None,
     host: str,
@@ -71,7 +71,7 @@ def _has_browser() -> bool:
 
 
 async def _serve(
-    dsn: str | None, graph: str | None, host: str, port: int, open_browser: bool, window: int
+    dsn: str, graph: str | None, host: str, port: int, open_browser: bool, window: int
 ) -> int:
     store = await connect(dsn, min_size=1, max_size=4, migrate_schema=False)
     pool: asyncpg.Pool | None = None

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from contract_support import ThreadedStore
+from support.stores import ThreadedStore
 
 from cwstore import AsyncStore, connect, connect_sync
 

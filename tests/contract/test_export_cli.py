@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import EXAMPLE_FILE
 
 from cwstore import jsontext
-from cwstore.rules import fold_frontier, validate
+from cwstore.document import fold_frontier, validate
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = Path(__file__).with_name("stateweave_turn.json")
+EXAMPLE = EXAMPLE_FILE
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,11 @@ import copy
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support import EXAMPLE_FILE
+from support.documents import GraphBuilder, generate_session, odd_values, reseal
 
 from cwstore import (
     AgentState,
@@ -29,10 +30,9 @@ from cwstore import (
     Vocabulary,
     jsontext,
 )
-from cwstore.rules import fold_frontier, validate
-from cwstore.testing import GraphBuilder, generate_session, odd_values, reseal
+from cwstore.document import fold_frontier, validate
 
-EXAMPLE_PATH = Path(__file__).with_name("stateweave_turn.json")
+EXAMPLE_PATH = EXAMPLE_FILE
 """A document the runtime wrote (one turn, 16 nodes), as it wrote it (indented)."""
 
 EXAMPLE_TEXT = EXAMPLE_PATH.read_text(encoding="utf-8")

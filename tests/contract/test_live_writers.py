@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.documents import GraphBuilder
 
 import cwstore
 from cwstore import (
@@ -31,8 +32,7 @@ from cwstore import (
     fold_frontier,
     jsontext,
 )
-from cwstore.rules import sort_parents
-from cwstore.testing import GraphBuilder
+from cwstore.document import sort_parents
 
 T0 = "2026-12-02T08:43:04.123Z"
 EMPTY_STATE: dict[str, Any] = {"version": 1, "nodes": [], "frontier": []}

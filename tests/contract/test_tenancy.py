@@ -26,13 +26,13 @@ from typing import Any
 import asyncpg
 import psycopg
 import pytest
-from contract_support import ThreadedStore, dsn_as
 from psycopg import sql
+from support.documents import GraphBuilder
+from support.stores import ThreadedStore, dsn_as
 
 import cwstore
 from cwstore import migrate, roles
 from cwstore._sql import Migration, migrations
-from cwstore.testing import GraphBuilder
 
 READ_API = {
     "seq_at_time(text,timestampwithtimezone)",
@@ -83,7 +83,8 @@ def setup(db_dsn: str) -> Iterator[Roles]:
         roles.add_tenant_member_sync(conn, "globex", names["bob"])
         roles.add_tenant_member_sync(conn, "acme", names["carol"])
     try:
-        yield Roles(db_dsn, *(dsn_as(db_dsn, names[w]) for w in ("alice", "bob", "carol")), names)
+        alice, bob, carol = (dsn_as(db_dsn, names[w]) for w in ("alice", "bob", "carol"))
+        yield Roles(db_dsn, alice, bob, carol, names)
     finally:
         with psycopg.connect(db_dsn, autocommit=True) as conn:
             for name in names.values():

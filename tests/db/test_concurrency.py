@@ -23,7 +23,7 @@ import pytest
 import cwstore
 from cwstore import ChainConflictError, ConflictError, compute_id, fold_frontier, jsontext
 from cwstore._store_base import prepare_batch
-from cwstore.rules import resource_heads, sort_parents
+from cwstore.document import resource_heads, sort_parents
 
 INFINITY = 9223372036854775807
 PER_WRITER = 30

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from cwstore.document import sort_parents
 from cwstore.identity import compute_id
-from cwstore.rules import sort_parents
 
 T = "2026-12-02T14:38:31.376Z"
 WRITABLE = {

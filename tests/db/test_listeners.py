@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import asyncpg
 
@@ -15,7 +16,7 @@ from cwstore._store_base import prepare_batch
 async def _heard(listener: asyncpg.Connection, writer: asyncpg.Connection) -> list[str]:
     heard: list[str] = []
 
-    def got(_c: object, _pid: int, _channel: str, payload: str) -> None:
+    def got(_c: Any, _pid: Any, _channel: Any, payload: Any) -> None:
         heard.append(payload)
 
     await listener.add_listener("cwstore", got)

@@ -20,10 +20,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from cwstore._migration_plan import _BOOTSTRAP
 from cwstore._sql import Migration, migrations
 from cwstore.errors import MigrationError
 from cwstore.migrate import (
-    _BOOTSTRAP,
     apply_migrations,
     apply_migrations_sync,
     status,

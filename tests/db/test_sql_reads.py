@@ -25,9 +25,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from support import EXAMPLE_FILE
 
 # The runtime's own example document, copied into the repository byte for byte.
-EXAMPLE = Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
+EXAMPLE = EXAMPLE_FILE
 
 Conn = psycopg.Connection[Any]
 

@@ -20,7 +20,7 @@ import pytest
 import cwstore
 from cwstore import Cursor, TailItem, compute_id
 from cwstore._store_base import prepare_batch
-from cwstore.rules import sort_parents
+from cwstore.document import sort_parents
 
 T0 = "2026-12-02T08:43:04.123Z"
 WAIT = 60.0

@@ -3,7 +3,7 @@
 One database is built the way a fresh install is (``schema/`` at once, then stamped),
 another by running every migration in ``migrations/`` in order (``0001_baseline`` and the
 deltas after it), as an existing database is brought up to date. Their catalogs must be
-identical (see ``schema_catalog.py`` for what is compared): a change to ``schema/``
+identical (see ``tests/support/schema_catalog.py`` for what is compared): a change to ``schema/``
 without its migration, or a migration without its ``schema/`` change, fails here with a
 diff naming the objects that differ.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from schema_catalog import diff, snapshot
+from support.schema_catalog import diff, snapshot
 
 from cwstore._sql import migrations
 from cwstore.migrate import apply_migrations_sync

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support.documents import GraphBuilder
 
 import cwstore
-from cwstore.testing import GraphBuilder
 
 
 def _as(dsn: str, user: str, dbname: str | None = None) -> str:

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support.documents import GraphBuilder
 
 import cwstore
 from cwstore import jsontext
-from cwstore.rules import parse_document, validate
-from cwstore.testing import GraphBuilder
+from cwstore.document import parse_document, validate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,7 +137,7 @@ def test_export_indent_writes_numbers_as_the_runtime_and_any_depth(
 
 
 async def test_async_connect_takes_key_value_connection_strings(db_dsn: str) -> None:
-    kv = make_conninfo(**conninfo_to_dict(db_dsn))
+    kv = make_conninfo("", **conninfo_to_dict(db_dsn))
     assert "://" not in kv
     store = await cwstore.connect(kv, migrate_schema=False, max_size=1)
     try:

@@ -29,7 +29,7 @@ import asyncpg
 import psycopg
 import pytest
 from psycopg import sql
-from reliability_support import (
+from support.reliability import (
     CLIENTS,
     Client,
     assert_graph,
@@ -411,7 +411,7 @@ async def test_server_restart_while_writers_write() -> None:
                     )
                 )
             c.execute("SELECT pg_reload_conf()")
-        seeder = await cwstore.connect(dsn, min_size=1, max_size=1)  # migrates
+        seeder = await cwstore.connect(dsn, min_size=1, max_size=1, migrate_schema=True)
         await seeder.close()
         stores = [
             await Client.open("async" if i % 2 == 0 else "sync", dsn, min_size=1, max_size=2)
@@ -544,7 +544,7 @@ async def test_timeouts_surface_as_store_timeout_error(
         async with _graph_locked(db_dsn, graph):
             with pytest.raises(cwstore.StoreTimeoutError) as caught:
                 await victim.call("append", graph, batch)
-            assert caught.value.pg_sqlstate == ("55P03" if setting == "lock_timeout" else "57014")
+            assert caught.value.sqlstate == ("55P03" if setting == "lock_timeout" else "57014")
             async with _graph_locked(db_dsn, other):
                 with pytest.raises(cwstore.StoreTimeoutError):
                     await victim.call("import_state", other, document(chain(2, tag=other)))

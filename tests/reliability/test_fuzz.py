@@ -35,12 +35,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
-from reliability_support import SPEC_CODES
+from support.documents import example_turn, generate_session, reseal
+from support.reliability import SPEC_CODES
 
 import cwstore
 from cwstore import ChainConflictError, ValidationError, fold_frontier, jsontext
-from cwstore.rules import NODE_FIELDS, parse_document, sort_parents
-from cwstore.testing import example_turn, generate_session, reseal
+from cwstore.document import NODE_FIELDS, parse_document, sort_parents
 
 EXAMPLES = 100
 

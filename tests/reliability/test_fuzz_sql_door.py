@@ -35,7 +35,7 @@ import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reliability_support import SPEC_CODES
+from support.reliability import SPEC_CODES
 from test_fuzz import (
     BASES,
     FUZZ_SETTINGS,
@@ -50,8 +50,8 @@ from test_fuzz import (
 
 import cwstore
 from cwstore import ValidationError, fold_frontier, jsontext
+from cwstore.document import parse_document
 from cwstore.identity import canonical_json, identity_object
-from cwstore.rules import parse_document
 
 TENANT = "fuzz"
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")

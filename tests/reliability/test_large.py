@@ -20,11 +20,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-from reliability_support import CLIENTS, T0, Client, assert_graph, chain, document
+from support.reliability import CLIENTS, T0, Client, assert_graph, chain, document
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext
-from cwstore.rules import SEMANTIC_CONTENT_MAX
+from cwstore.document import SEMANTIC_CONTENT_MAX
 
 BIG_NODES = 200_000
 # Peak RSS growth of the process while import_state runs, as a multiple of the

@@ -17,11 +17,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-from reliability_support import CLIENTS, T0, Client, assert_graph
+from support.documents import EXAMPLE_FRONTIER, example_turn
+from support.reliability import CLIENTS, T0, Client, assert_graph
 
 import cwstore
 from cwstore import compute_id, jsontext
-from cwstore.testing import EXAMPLE_FRONTIER, example_turn
 
 _rng = random.Random(20261202)
 

@@ -14,9 +14,9 @@ import uuid
 
 import psycopg
 import pytest
+from support.documents import GraphBuilder
 
 import cwstore
-from cwstore.testing import GraphBuilder
 
 
 @pytest.mark.parametrize("client", ["async", "sync"])

@@ -26,12 +26,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-from reliability_support import INFINITY_SEQ, T0, pids_of, terminate, with_params
+from support.reliability import INFINITY_SEQ, T0, pids_of, terminate, with_params
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext
 from cwstore._store_base import prepare_batch
-from cwstore.rules import resource_heads, sort_parents
+from cwstore.document import resource_heads, sort_parents
 
 WRITERS = int(os.environ.get("CWSTORE_SOAK_WRITERS", "16"))
 SECONDS = float(os.environ.get("CWSTORE_SOAK_SECONDS", "5"))

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import EXAMPLE_FILE
+from support.documents import example_turn, generate_session, reseal
 
 from cwstore import jsontext
 from cwstore.cli import main
-from cwstore.testing import example_turn, generate_session, reseal
 
 REPO = Path(__file__).resolve().parents[2]
 # The runtime's own example document, copied into the repository byte for byte.
-EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
 SUMMARY = "valid: AgentState v1, 16 nodes, frontier 1, vocabulary dynamic"
 
 Expected = list[tuple[str, int | None, str | None, str]]

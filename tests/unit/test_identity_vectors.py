@@ -9,11 +9,11 @@ string and the same ``cw_`` id that the StateWeave runtime computes.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import EXAMPLE_FILE
 
 from cwstore.identity import canonical_json, compute_id
 
@@ -49,18 +49,6 @@ CASES: list[dict[str, Any]] = VECTORS["cases"]
 # "1e400", integers beyond 2**53, ...): parsed here with json.loads, they must
 # reach the canonical form that JSON.parse + the runtime serializer reach.
 PAYLOAD_TEXTS: list[dict[str, Any]] = VECTORS.get("payloadTexts", [])
-
-
-def _example_path() -> Path:
-    """The runtime-made example: the project's shared copy when it is there, else the
-    byte-identical copy kept in the repository (tests/contract/stateweave_turn.json)."""
-    shared = os.environ.get("CWSTORE_SHARED")
-    if shared:
-        return Path(shared) / "examples" / "stateweave_turn.json"
-    beside = Path(__file__).resolve().parents[3] / "shared" / "examples" / "stateweave_turn.json"
-    if beside.is_file():
-        return beside
-    return Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
 
 
 def _identity_dict(node: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +136,7 @@ def test_vector_groups_consistent() -> None:
 
 
 def test_stateweave_example_ids() -> None:
-    path = _example_path()
+    path = EXAMPLE_FILE
     with path.open(encoding="utf-8") as fh:
         example: dict[str, Any] = json.load(fh)
     nodes: list[dict[str, Any]] = example["nodes"]

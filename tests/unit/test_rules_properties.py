@@ -15,20 +15,18 @@ import random
 import shutil
 import struct
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.documents import GraphBuilder, generate_session
 
 from cwstore import jsontext
+from cwstore.document import KINDS, fold_frontier, resource_heads, validate
 from cwstore.identity import canonical_json, compute_id, key_order
-from cwstore.model import KINDS
-from cwstore.rules import fold_frontier, resource_heads, validate
-from cwstore.testing import GraphBuilder, generate_session
 
-NODE = shutil.which("node") or ("/usr/bin/node" if Path("/usr/bin/node").exists() else None)
+NODE = shutil.which("node")
 MAX_SAFE = jsontext.MAX_SAFE_INTEGER
 
 SETTINGS = settings(

@@ -20,29 +20,29 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-from cwstore import jsontext
-from cwstore.errors import InputError, Violation
-from cwstore.identity import compute_id
-from cwstore.model import AgentState
-from cwstore.rules import (
-    Vocabulary,
-    fold_frontier,
-    parse_document,
-    sort_parents,
-    validate,
-)
-from cwstore.testing import (
+from support import EXAMPLE_FILE
+from support.documents import (
     EXAMPLE_FRONTIER,
     GraphBuilder,
     example_turn,
     generate_session,
     reseal,
 )
+
+from cwstore import jsontext
+from cwstore.document import (
+    AgentState,
+    Vocabulary,
+    fold_frontier,
+    parse_document,
+    sort_parents,
+    validate,
+)
+from cwstore.errors import InputError, Violation
+from cwstore.identity import compute_id
 
 Doc = dict[str, Any]
 
@@ -52,8 +52,7 @@ SEED, TURNS = 12, 5
 MISSING = "cw_000000000000000000000000"
 PROBE = "@@PROBE@@"
 # The runtime's own example document, copied into the repository byte for byte.
-EXAMPLE_FILE = Path(__file__).resolve().parents[1] / "contract" / "stateweave_turn.json"
-NODE = shutil.which("node") or ("/usr/bin/node" if Path("/usr/bin/node").exists() else None)
+NODE = shutil.which("node")
 
 # -- helpers ---------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cwstore import _sql
+from cwstore.document import KINDS
 from cwstore.errors import MigrationError
-from cwstore.model import KINDS
 
 SQL = Path(_sql.__file__).resolve().parent / "sql"
 SCHEMA = {f.name: f.sql for f in _sql.schema()}

@@ -13,7 +13,7 @@
 // `--stdout` the JSON is printed instead of written.
 //
 // Environment: CWSTORE_EXAMPLE may point at another copy of the runtime's example
-// document (default: tests/contract/stateweave_turn.json in this repository).
+// document (default: tests/support/stateweave_turn.json in this repository).
 
 import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
@@ -26,7 +26,7 @@ const REPO = resolve(HERE, "..", "..");
 const OUT = join(HERE, "identity.json");
 const EXAMPLE = process.env.CWSTORE_EXAMPLE
   ? resolve(process.env.CWSTORE_EXAMPLE)
-  : join(REPO, "tests", "contract", "stateweave_turn.json");
+  : join(REPO, "tests", "support", "stateweave_turn.json");
 
 // --- environment checks ------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Fixtures of the view's tests: a real headless chromium (driven by playwright, never
 downloaded: Debian's ``/usr/bin/chromium`` or ``CWSTORE_CHROMIUM``);
-``view_support.view_server`` runs ``cwstore view`` itself
+``support.view.view_server`` runs ``cwstore view`` itself
 
 Without a browser (or without the ``view`` extra) the tests skip, except with
 ``CI=true``, where they fail.

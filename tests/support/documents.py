@@ -16,7 +16,7 @@ The frontier moves by the ``advance`` flag, which the node does not record. The
 helpers pass the flag as the runtime's agent (``src/agent/agent.ts``) does: semantic
 nodes and the first system node with ``advance=False``, everything else with
 ``advance=True``. Under that habit the builder's frontier equals SPEC section 4's fold
-(:func:`cwstore.rules.fold_frontier`), except when the first system node is appended
+(:func:`cwstore.document.fold_frontier`), except when the first system node is appended
 to a non-empty frontier or the same content is appended twice (both move the runtime's
 frontier in ways the fold cannot see).
 
@@ -41,10 +41,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import jsontext
-from .identity import compute_id
-from .model import KINDS
-from .rules import BUILTIN_TYPES, semantic_resource_key, sort_parents
+from cwstore import jsontext
+from cwstore.document import BUILTIN_TYPES, KINDS, semantic_resource_key, sort_parents
+from cwstore.identity import compute_id
 
 __all__ = [
     "DEFAULT_BASE_TIME",
@@ -278,8 +277,9 @@ class GraphBuilder:
         first = self.latest("system") is None
         return self.append("system", text, parents, advance=not first)
 
-    def goal(self, text: str, *, parents: Sequence[str] | None = None) -> dict[str, Any]:
-        """A user task; parents default to the latest system node plus the frontier."""
+    def goal(self, text: Any, *, parents: Sequence[str] | None = None) -> dict[str, Any]:
+        """A user task (the runtime writes text; any JSON payload is accepted); parents
+        default to the latest system node plus the frontier."""
         if parents is None:
             system = self.latest("system")
             parents = list(dict.fromkeys([*([system] if system else []), *self._frontier]))
@@ -508,7 +508,7 @@ def generate_session(
     semantic_types: Sequence[str] = BUILTIN_TYPES,
     base_time: str | datetime = DEFAULT_BASE_TIME,
 ) -> dict[str, Any]:
-    """A seeded, random, multi-turn AgentState that passes :func:`cwstore.rules.validate`.
+    """A seeded, random, multi-turn AgentState that passes :func:`cwstore.document.validate`.
 
     Each turn appends a goal (parents: the latest system node and the frontier), one to
     four model iterations (tool calls with results, verifications, file resources on
@@ -520,8 +520,8 @@ def generate_session(
     :func:`odd_values`.
 
     Semantic types are drawn from ``semantic_types`` (default: the built-in four, so
-    the state also validates under :meth:`cwstore.rules.Vocabulary.builtin`). The
-    returned frontier equals :func:`cwstore.rules.fold_frontier` of the nodes. The same
+    the state also validates under :meth:`cwstore.document.Vocabulary.builtin`). The
+    returned frontier equals :func:`cwstore.document.fold_frontier` of the nodes. The same
     arguments always give the same document.
 
     Raises

@@ -1,13 +1,21 @@
-"""The rules of an AgentState document, as pure functions (no I/O).
+"""AgentState v1: the runtime's document as typed values, and its rules (pure, no I/O).
 
-This module is the oracle: the database enforces the same invariants in SQL, and the
+The models read and write exactly the runtime's JSON (SPEC section 1): node fields in
+the order ``id, kind, parents, payload, createdAt, sequence, resourceKey``;
+``resourceKey`` absent, never ``null``, when a node has none; payload members in
+their order; frontier in its order. Python attribute names are snake_case, the JSON
+names are the runtime's camelCase aliases. Parsing goes through :func:`validate`
+first, so malformed input is a :class:`cwstore.ValidationError` listing every
+violation, never a pydantic traceback.
+
+The rules are the oracle: the database enforces the same invariants in SQL, and the
 database tests compare what PostgreSQL materializes against what these functions
 compute.
 
 * :func:`validate` checks every safeguard of SPEC section 6 and reports **every**
   violation (code, node index, node id, JSON path, message). It takes parsed JSON (or
-  an :class:`~cwstore.model.AgentState`), so malformed input becomes ``shape``
-  violations, not exceptions.
+  an :class:`AgentState`), so malformed input becomes ``shape`` violations, not
+  exceptions.
 * :func:`fold_frontier` is SPEC section 4's default frontier fold.
 * :func:`check_nodes` is the per-node part, reused for append batches against an
   existing graph's ids and key heads.
@@ -22,18 +30,23 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from . import jsontext
-from .errors import InputError, Violation
+from .errors import InputError, ValidationError, Violation
 from .identity import compute_id
-from .model import KINDS, AgentState, CausalNode
 
 __all__ = [
     "BUILTIN_TYPES",
+    "KINDS",
     "NODE_FIELDS",
     "RESOURCE_KEY_MAX_BYTES",
+    "AgentState",
+    "CausalNode",
     "CheckState",
+    "Kind",
     "Vocabulary",
     "check_nodes",
     "fold_frontier",
@@ -45,6 +58,127 @@ __all__ = [
     "validate",
     "validate_in_slices",
 ]
+
+Kind = Literal[
+    "system",
+    "goal",
+    "inference",
+    "answer",
+    "tool_call",
+    "tool_result",
+    "resource",
+    "semantic",
+    "protocol_error",
+    "verification",
+]
+
+KINDS: tuple[str, ...] = get_args(Kind)
+"""The ten kinds, in the order the runtime documents them."""
+
+
+class CausalNode(BaseModel):
+    """One node of the causal graph, content-addressed by ``id``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    id: str
+    kind: Kind
+    parents: tuple[str, ...]
+    payload: Any
+    created_at: str = Field(alias="createdAt")
+    sequence: int
+    resource_key: str | None = Field(default=None, alias="resourceKey")
+
+    @model_serializer(mode="plain")
+    def _to_runtime(self) -> dict[str, Any]:
+        return self.to_obj()
+
+    def to_obj(self) -> dict[str, Any]:
+        """The node as the runtime's JSON object, fields in the runtime's order."""
+        obj: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "parents": list(self.parents),
+            "payload": self.payload,
+            "createdAt": self.created_at,
+            "sequence": self.sequence,
+        }
+        if self.resource_key is not None:
+            obj["resourceKey"] = self.resource_key
+        return obj
+
+    def to_json(self) -> str:
+        """Compact JSON exactly as the runtime's ``JSON.stringify`` writes the node."""
+        return jsontext.dumps(self.to_obj())
+
+    @classmethod
+    def from_obj(cls, obj: dict[str, Any]) -> CausalNode:
+        """Build from a runtime JSON object that has already passed validation.
+
+        :meth:`model_construct` with the runtime's names mapped to the fields, and
+        ``resource_key`` left unset when the node has none.
+        """
+        fields: dict[str, Any] = {
+            "id": obj["id"],
+            "kind": obj["kind"],
+            "parents": tuple(obj["parents"]),
+            "payload": obj["payload"],
+            "created_at": obj["createdAt"],
+            "sequence": int(obj["sequence"]),
+        }
+        key = obj.get("resourceKey")
+        if key is not None:
+            fields["resource_key"] = key
+        return cls.model_construct(**fields)
+
+
+class AgentState(BaseModel):
+    """The runtime's whole document: ``{version: 1, nodes, frontier}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
+    nodes: tuple[CausalNode, ...] = ()
+    frontier: tuple[str, ...] = ()
+
+    @model_serializer(mode="plain")
+    def _to_runtime(self) -> dict[str, Any]:
+        return self.to_obj()
+
+    def to_obj(self) -> dict[str, Any]:
+        """The document as plain JSON values, in the runtime's field order."""
+        return {
+            "version": 1,
+            "nodes": [n.to_obj() for n in self.nodes],
+            "frontier": list(self.frontier),
+        }
+
+    def to_json(self) -> str:
+        """Compact JSON as the runtime writes it; ``from_json(to_json())`` is exact."""
+        return jsontext.dumps(self.to_obj())
+
+    @classmethod
+    def from_obj(cls, obj: Any, *, vocabulary: Vocabulary | None = None) -> AgentState:
+        """Validate parsed JSON and build the model.
+
+        Raises :class:`cwstore.ValidationError` with every violation found.
+        """
+        vocab = vocabulary if vocabulary is not None else Vocabulary.dynamic()
+        violations = validate(obj, vocabulary=vocab)
+        if violations:
+            raise ValidationError(violations)
+        return cls.model_construct(
+            version=1,
+            nodes=tuple(CausalNode.from_obj(n) for n in obj["nodes"]),
+            frontier=tuple(obj["frontier"]),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, vocabulary: Vocabulary | None = None) -> AgentState:
+        """Parse, validate and build. Raises :class:`cwstore.InputError` for non-JSON
+        text and :class:`cwstore.ValidationError` for a document that breaks a rule."""
+        return cls.from_obj(parse_document(text), vocabulary=vocabulary)
+
 
 BUILTIN_TYPES: tuple[str, ...] = ("memory", "preference", "wisdom", "artifact")
 NODE_FIELDS: tuple[str, ...] = (
@@ -93,7 +227,14 @@ class Vocabulary:
 
     @classmethod
     def fixed(cls, names: Iterable[str]) -> Vocabulary:
-        return cls(tuple(names))
+        """A fixed list of 1 to 32 semantic types, as the runtime's ``nodeTypes``.
+
+        Raises :class:`cwstore.InputError` (a :class:`ValueError`) for an empty or too
+        long list, a malformed name or a name listed twice.
+        """
+        if isinstance(names, str):
+            raise InputError("a fixed vocabulary is a list of type names, not one string")
+        return cls.from_node_types([{"name": n} for n in names], "fixed vocabulary")
 
     @classmethod
     def from_node_types(cls, value: Any, source: str = "node types") -> Vocabulary:
@@ -193,7 +334,7 @@ def fold_frontier(nodes: Iterable[Any], start: Iterable[str] = ()) -> list[str]:
 
     ``semantic`` nodes and parentless ``system`` nodes leave the frontier alone; every
     other node replaces its parents with itself. Accepts nodes as runtime JSON objects
-    or :class:`~cwstore.model.CausalNode`.
+    or :class:`~cwstore.document.CausalNode`.
     """
     heads: dict[str, None] = dict.fromkeys(start)
     for raw in nodes:
@@ -276,6 +417,7 @@ def check_nodes(
     require_sequence: bool = True,
     state: CheckState | None = None,
     offset: int = 0,
+    optional_fields: frozenset[str] = frozenset(),
 ) -> list[Violation]:
     """Check nodes in order against what came before them.
 
@@ -283,7 +425,8 @@ def check_nodes(
     resource key to its current head; the node at list index ``i`` must carry
     ``sequence == first_sequence + i`` when ``require_sequence``. To check a long list
     in slices (while a bulk load streams), pass the same ``state`` and each slice's
-    ``offset`` in the whole list.
+    ``offset`` in the whole list. Fields in ``optional_fields`` may be absent (an append
+    batch's ``id`` and ``sequence``: computed or assigned by the store).
     """
     out: list[Violation] = []
     if state is None:
@@ -310,7 +453,7 @@ def check_nodes(
         for name in node:
             if name not in NODE_FIELDS:
                 bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
-        missing = [f for f in _REQUIRED_NODE_FIELDS if f not in node]
+        missing = [f for f in _REQUIRED_NODE_FIELDS if f not in node and f not in optional_fields]
         for f in missing:
             bad("shape", np, f"node is missing field {f!r}")
 
@@ -603,7 +746,7 @@ def validate(state: Any, vocabulary: Vocabulary | None = None) -> list[Violation
     """Every violation of SPEC section 6 in a document; an empty list means valid.
 
     ``state`` is parsed JSON (see :func:`parse_document`) or an
-    :class:`~cwstore.model.AgentState`. ``vocabulary`` defaults to dynamic.
+    :class:`~cwstore.document.AgentState`. ``vocabulary`` defaults to dynamic.
     """
     out: list[Violation] = []
     for _, found in validate_in_slices(state, vocabulary, size=1 << 62):

@@ -1,0 +1,208 @@
+"""The migration runner over the driver layer, written once (asyncpg here).
+
+``tools/async_to_sync.py`` generates :mod:`cwstore._migrate_sync` (psycopg) from this
+module; :mod:`cwstore.migrate` exports both. How a run goes is told there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._migration_plan import (
+    _BOOTSTRAP,
+    _LOCK,
+    _LOCK_NOT_AVAILABLE,
+    _LOCK_TIMEOUT,
+    _READ_APPLIED,
+    _RECORD,
+    _REGRANT,
+    _TABLE_EXISTS,
+    _UNIQUE_VIOLATION,
+    DEFAULT_LOCK_TIMEOUT,
+    AppliedMigration,
+    MigrationStatus,
+    _applied_rows,
+    _default_schema,
+    _failed,
+    _install_failed,
+    _lock_timed_out,
+    _not_in_transaction,
+    _script,
+    _timeout_setting,
+    plan,
+)
+from ._sql import Migration, SchemaFile, migrations
+from .drivers.asyncpg import (
+    ERRORS,
+    AsyncpgConnection,
+    DriverError,
+    RawConnection,
+    open_raw,
+    wrap,
+)
+from .errors import MigrationError
+
+__all__ = ["apply_migrations", "migrate_dsn", "status"]
+
+
+async def _read_applied(conn: AsyncpgConnection) -> list[AppliedMigration] | None:
+    """The recorded rows, or None when the bookkeeping table does not exist. No lock."""
+    if not await conn.fetchval(_TABLE_EXISTS):
+        return None
+    return _applied_rows(await conn.fetch(_READ_APPLIED))
+
+
+async def _lock_and_read(conn: AsyncpgConnection, timeout: str) -> list[AppliedMigration]:
+    await conn.execute(_LOCK_TIMEOUT, timeout)
+    if not await conn.fetchval(_TABLE_EXISTS):
+        await conn.execute_script(_BOOTSTRAP)
+    await conn.execute(_LOCK)
+    return _applied_rows(await conn.fetch(_READ_APPLIED))
+
+
+async def _record(conn: AsyncpgConnection, migration: Migration) -> None:
+    await conn.execute(_RECORD, migration.version, migration.name, migration.sha256)
+
+
+async def _install(
+    conn: AsyncpgConnection, files: Sequence[Migration], schema_files: Sequence[SchemaFile]
+) -> None:
+    for f in schema_files:
+        await conn.execute_script(_script(f.sql))
+    for migration in files:
+        await _record(conn, migration)
+    await conn.execute_script(_REGRANT)
+
+
+async def _first_run(
+    conn: AsyncpgConnection,
+    files: Sequence[Migration],
+    schema_files: Sequence[SchemaFile],
+    timeout: str,
+) -> tuple[list[int], list[Migration]]:
+    """Under the lock: install a fresh database, or plan the pending migrations."""
+    # Two runners creating the bookkeeping table at once: the second fails on the
+    # catalog's unique index once the first commits. Run again: it now exists.
+    for attempt in (1, 2):
+        try:
+            async with conn.transaction():
+                applied = await _lock_and_read(conn, timeout)
+                if applied or not schema_files:
+                    return [], plan(files, applied)
+                try:
+                    await _install(conn, files, schema_files)
+                except DriverError as exc:
+                    if exc.sqlstate == _LOCK_NOT_AVAILABLE:
+                        raise
+                    raise _install_failed(exc) from exc
+                return [m.version for m in files], []
+        except DriverError as exc:
+            if exc.sqlstate != _UNIQUE_VIOLATION or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def apply_migrations(
+    conn: RawConnection,
+    files: Sequence[Migration] | None = None,
+    *,
+    schema_files: Sequence[SchemaFile] | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> list[int]:
+    """Bring the schema up to date over a connection of the driver (asyncpg here,
+    psycopg for the ``_sync`` twin).
+
+    Parameters
+    ----------
+    conn:
+        An open connection, autocommit or not, with no transaction in progress. Each
+        step commits on it as it goes.
+    files:
+        The migrations; defaults to :func:`cwstore._sql.migrations`.
+    schema_files:
+        What a fresh database (nothing recorded) is built from, in one transaction,
+        before it is stamped with every migration in ``files``. Defaults to
+        :func:`cwstore._sql.schema` when ``files`` is defaulted too; when ``files`` is
+        given and this is not, a fresh database runs ``files`` one by one.
+    lock_timeout:
+        Seconds each migrating transaction waits for a lock (see :mod:`cwstore.migrate`).
+
+    Returns
+    -------
+    list[int]
+        The versions this call applied (or stamped, on a fresh database), in order;
+        empty when the database was current, in which case no lock was taken.
+
+    Raises
+    ------
+    MigrationError
+        The database was made by another migration chain, an applied migration's file
+        changed, the connection is inside a transaction, a lock was not granted within
+        ``lock_timeout``, or a step failed (it is rolled back; ``__cause__`` is the
+        driver's error, and the migrations before it stay applied).
+    """
+    files, schema_files = _default_schema(files, schema_files)
+    c = AsyncpgConnection(conn)
+    if c.in_transaction():
+        raise _not_in_transaction()
+    timeout = _timeout_setting(lock_timeout)
+    async with c.transaction():
+        applied = await _read_applied(c)
+    if applied is not None and not plan(files, applied):
+        return []
+    try:
+        done, todo = await _first_run(c, files, schema_files, timeout)
+        for migration in todo:
+            try:
+                async with c.transaction():
+                    if not plan([migration], await _lock_and_read(c, timeout)):
+                        continue  # another process applied it while we waited for the lock
+                    await c.execute_script(_script(migration.sql))
+                    await _record(c, migration)
+                    await c.execute_script(_REGRANT)
+            except DriverError as exc:
+                if exc.sqlstate == _LOCK_NOT_AVAILABLE:
+                    raise
+                raise _failed(migration, exc) from exc
+            done.append(migration.version)
+    except DriverError as exc:
+        if exc.sqlstate == _LOCK_NOT_AVAILABLE:
+            raise _lock_timed_out(lock_timeout, exc) from exc
+        raise MigrationError(f"migrating failed: {exc}") from exc
+    return done
+
+
+async def status(conn: RawConnection, files: Sequence[Migration] | None = None) -> MigrationStatus:
+    """Report applied and pending migrations; changes nothing.
+
+    Parameters
+    ----------
+    conn:
+        An open connection; reads only, without taking any lock.
+    files:
+        The migrations to compare against; defaults to :func:`cwstore._sql.migrations`.
+
+    Raises
+    ------
+    MigrationError
+        The database was made by another migration chain, or an applied migration's
+        file changed (see :func:`cwstore.migrate.plan`).
+    """
+    files = migrations() if files is None else files
+    c = AsyncpgConnection(conn)
+    async with c.transaction():  # so a non-autocommit connection is left as it was found
+        applied = await _read_applied(c) or []
+    return MigrationStatus(applied=applied, pending=plan(files, applied))
+
+
+async def migrate_dsn(dsn: str) -> list[int]:
+    """:func:`apply_migrations` on a connection of its own to ``dsn``, closed after.
+    Raises :class:`MigrationError`, or a cwstore error when the server cannot be
+    reached."""
+    conn = await open_raw(dsn)
+    try:
+        return await apply_migrations(conn)
+    except ERRORS as exc:
+        raise wrap(exc) from exc
+    finally:
+        await conn.close()

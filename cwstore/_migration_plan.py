@@ -1,0 +1,198 @@
+"""What the migration runners share and decide without I/O: the bookkeeping SQL, the
+recorded rows as values, and :func:`plan` (see :mod:`cwstore.migrate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, LiteralString, cast
+
+from cwstore._sql import Migration, SchemaFile, migrations, schema
+from cwstore.errors import MigrationError
+
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
+    "AppliedMigration",
+    "MigrationStatus",
+    "plan",
+]
+
+DEFAULT_LOCK_TIMEOUT: Final = 60.0
+"""Seconds a migrating transaction waits for any lock before it gives up."""
+
+_TABLE_EXISTS: Final = "SELECT to_regclass('cwstore.schema_migrations') IS NOT NULL"
+_BOOTSTRAP: Final = """
+CREATE SCHEMA IF NOT EXISTS cwstore;
+CREATE TABLE IF NOT EXISTS cwstore.schema_migrations (
+    version    integer     NOT NULL,
+    name       text        NOT NULL,
+    sha256     text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT schema_migrations_pkey PRIMARY KEY (version)
+);
+COMMENT ON TABLE cwstore.schema_migrations IS
+    'Migrations this database holds: one row per cwstore/sql/migrations/NNNN_name.sql file, '
+    'with the SHA-256 of the file as applied (or as stamped, for a database built from '
+    'cwstore/sql/schema/). Never edit an applied file; add the next one.';
+"""
+_LOCK_TIMEOUT: Final = "SELECT set_config('lock_timeout', $1, true)"
+_LOCK: Final = "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE"
+_READ_APPLIED: Final = (
+    "SELECT version, name, sha256, applied_at FROM cwstore.schema_migrations ORDER BY version"
+)
+_RECORD: Final = "INSERT INTO cwstore.schema_migrations (version, name, sha256) VALUES ($1, $2, $3)"
+# After each migration, in its transaction: where `cwstore init --roles` has set the
+# roles up, the new migration's functions and tables get their grants too.
+_REGRANT: Final = """
+DO $regrant$
+BEGIN
+  IF to_regprocedure('cwstore.apply_grants()') IS NOT NULL
+     AND to_regrole('cwstore_reader') IS NOT NULL THEN
+    IF has_schema_privilege('cwstore_reader', 'cwstore', 'USAGE') THEN
+      PERFORM cwstore.apply_grants();
+    END IF;
+  END IF;
+END
+$regrant$
+"""
+_LOCK_NOT_AVAILABLE: Final = "55P03"
+_UNIQUE_VIOLATION: Final = "23505"
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    """A row of ``cwstore.schema_migrations``."""
+
+    version: int
+    name: str
+    sha256: str
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStatus:
+    """What a database holds against the migration files.
+
+    ``applied`` lists the recorded rows (including any newer than the files, written by
+    a later cwstore release); ``pending`` the files still to apply, in order (every file,
+    for a database never migrated).
+    """
+
+    applied: list[AppliedMigration]
+    pending: list[Migration]
+
+    @property
+    def current_version(self) -> int:
+        """The highest recorded version, 0 for a database never migrated."""
+        return max((a.version for a in self.applied), default=0)
+
+
+def plan(files: Sequence[Migration], applied: Sequence[AppliedMigration]) -> list[Migration]:
+    """Decide which migrations to apply; pure, shared by both runners.
+
+    Parameters
+    ----------
+    files:
+        The migration files, in version order.
+    applied:
+        The rows recorded in ``cwstore.schema_migrations``.
+
+    Returns
+    -------
+    list[Migration]
+        The files whose version is not recorded, in version order. Recorded versions
+        without a file (a later release migrated this database) are left alone.
+
+    Raises
+    ------
+    MigrationError
+        A recorded migration has another name than its file: the database was made by
+        another chain (the pre-release 0001_schema .. 0007 chain, squashed into
+        0001_baseline before the first release); it cannot be upgraded in place. Or a
+        recorded migration's checksum differs from its file: the file was edited after
+        it was applied. ``version`` names the migration.
+    """
+    recorded = {a.version: a for a in applied}
+    pending: list[Migration] = []
+    for migration in files:
+        row = recorded.get(migration.version)
+        if row is None:
+            pending.append(migration)
+        elif row.name != migration.name:
+            raise MigrationError(
+                f"this database was migrated by another migration chain: it records "
+                f"{row.version:04d}_{row.name}.sql where this cwstore has "
+                f"{migration.filename} (the pre-release chain 0001_schema .. "
+                "0007_notify_listeners was squashed into 0001_baseline before the first "
+                "release and cannot be upgraded in place). Create a new database, run "
+                "`cwstore init` on it, and import the graphs again (`cwstore export` "
+                "from this one, `cwstore import` into the new one)",
+                migration.version,
+            )
+        elif row.sha256 != migration.sha256:
+            raise MigrationError(
+                f"migration {migration.filename} was applied with checksum {row.sha256[:12]}…, "
+                f"but the file now has {migration.sha256[:12]}…: an applied migration must "
+                "never be edited; restore the file and add the change as a new migration",
+                migration.version,
+            )
+    return pending
+
+
+def _applied_rows(rows: Sequence[Sequence[object]]) -> list[AppliedMigration]:
+    return [
+        AppliedMigration(
+            version=cast(int, r[0]),
+            name=cast(str, r[1]),
+            sha256=cast(str, r[2]),
+            applied_at=cast(datetime, r[3]),
+        )
+        for r in rows
+    ]
+
+
+def _failed(migration: Migration, exc: Exception) -> MigrationError:
+    return MigrationError(
+        f"migration {migration.filename} failed and was rolled back: {exc}", migration.version
+    )
+
+
+def _install_failed(exc: Exception) -> MigrationError:
+    return MigrationError(
+        f"installing the schema (cwstore/sql/schema/) failed and was rolled back: {exc}"
+    )
+
+
+def _lock_timed_out(timeout: float, exc: Exception) -> MigrationError:
+    return MigrationError(
+        f"gave up migrating after waiting {timeout:g} s for a lock ({exc}): another "
+        "session holds cwstore.schema_migrations (a migration in progress?) or a table a "
+        "migration alters; nothing was changed. Retry, or look at pg_locks for the holder"
+    )
+
+
+def _timeout_setting(seconds: float) -> str:
+    if seconds <= 0:
+        raise MigrationError(f"lock_timeout must be > 0 seconds, got {seconds}")
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _script(sql: str) -> LiteralString:
+    # A file shipped inside the package, never caller input, which is what the drivers'
+    # LiteralString guard is about. (mypy treats LiteralString as str, so no cast.)
+    return sql
+
+
+def _not_in_transaction() -> MigrationError:
+    return MigrationError(
+        "migrations need a connection outside any transaction (each migration commits on its own)"
+    )
+
+
+def _default_schema(
+    files: Sequence[Migration] | None, given: Sequence[SchemaFile] | None
+) -> tuple[list[Migration], list[SchemaFile]]:
+    if files is None:
+        return migrations(), list(schema() if given is None else given)
+    return list(files), list(given or [])

@@ -1,0 +1,116 @@
+"""What a store needs from a PostgreSQL driver, stated once for every adapter.
+
+Every query text uses ``$1, $2`` placeholders. Rows are plain tuples; ``jsonb`` and
+``json`` come back as text, ``timestamptz`` as an aware :class:`~datetime.datetime`,
+arrays as lists, so both adapters hand back identical values. Every server or
+connection error leaves an adapter as a :class:`cwstore.Error` (mapped from its SQLSTATE
+and constraint name by :func:`cwstore.errors.map_error`), its ``__cause__`` the driver's
+own exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any, LiteralString, Protocol
+
+Row = tuple[Any, ...]
+"""One result row."""
+
+
+class AsyncConnection(Protocol):
+    """A connection borrowed from an :class:`AsyncPool`, in autocommit mode."""
+
+    async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
+        """Every row of ``query`` (an empty list when it returns none)."""
+        ...
+
+    async def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
+        """The first row of ``query``, or ``None`` when it returns none."""
+        ...
+
+    async def fetchval(self, query: LiteralString, *args: Any) -> Any:
+        """The first column of the first row, or ``None`` when there is no row."""
+        ...
+
+    async def execute(self, query: LiteralString, *args: Any) -> None:
+        """Run ``query`` and discard what it returns."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """A transaction: committed when the block ends, rolled back when it raises."""
+        ...
+
+    async def copy_records(
+        self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
+    ) -> None:
+        """COPY ``records`` into ``schema.table``. An exception raised while iterating
+        ``records`` aborts the COPY (nothing is written) and propagates unchanged; a
+        connection lost meanwhile raises :class:`cwstore.DatabaseError` without waiting."""
+        ...
+
+
+class AsyncListener(AsyncConnection, Protocol):
+    """A dedicated connection that listens on the ``cwstore`` channel."""
+
+    async def wait(self, timeout: float) -> None:
+        """Return after a notification arrived since the last call, or after ``timeout``
+        seconds. A notification is only a wake-up: the caller reads the table."""
+        ...
+
+
+class AsyncPool(Protocol):
+    """A pool of connections to one database."""
+
+    dsn: str
+    """The connection string the pool opened, as the driver takes it."""
+
+    def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """Borrow a connection; every driver error inside the block leaves as a
+        cwstore error."""
+        ...
+
+    def listener(self) -> AbstractAsyncContextManager[AsyncListener]:
+        """A new connection of its own (not from the pool) registered as a follower
+        (``LISTEN cwstore`` and query ``listen``), unregistered and closed on exit."""
+        ...
+
+    async def close(self) -> None:
+        """Close every connection."""
+        ...
+
+
+class Connection(Protocol):
+    """The sync twin of :class:`AsyncConnection` (same contract)."""
+
+    def fetch(self, query: LiteralString, *args: Any) -> list[Row]: ...
+
+    def fetchrow(self, query: LiteralString, *args: Any) -> Row | None: ...
+
+    def fetchval(self, query: LiteralString, *args: Any) -> Any: ...
+
+    def execute(self, query: LiteralString, *args: Any) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def copy_records(
+        self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
+    ) -> None: ...
+
+
+class Listener(Connection, Protocol):
+    """The sync twin of :class:`AsyncListener`."""
+
+    def wait(self, timeout: float) -> None: ...
+
+
+class Pool(Protocol):
+    """The sync twin of :class:`AsyncPool`."""
+
+    dsn: str
+
+    def connection(self) -> AbstractContextManager[Connection]: ...
+
+    def listener(self) -> AbstractContextManager[Listener]: ...
+
+    def close(self) -> None: ...
