@@ -834,9 +834,13 @@ async def store_sections(
     doc: dict[str, Any],
     sizes: Sizes,
     log: Callable[[str], None],
+    only: str | None = None,
 ) -> list[Row]:
-    """Rows 1 to 4, in the order that lets each reuse the graphs of the one before."""
+    """Rows 1 to 4 and 6, in the order that lets each reuse the graphs of the one before."""
     rows: list[Row] = []
+    if only == "save":
+        log("6 save")
+        return await bench_save(store, doc, sizes, log)
     imported = 0
     log("1 import")
     try:
@@ -856,6 +860,11 @@ async def store_sections(
         rows += await bench_replay(dsn, store, imported)
     except Exception as exc:
         rows += error_rows("4 Replay", exc)
+    log("6 save")
+    try:
+        rows += await bench_save(store, doc, sizes, log)
+    except Exception as exc:
+        rows += error_rows("6 Save", exc)
     log("2 appends")
     try:
         rows += await bench_appends(dsn, store, sizes)
@@ -864,8 +873,111 @@ async def store_sections(
     return rows
 
 
+# --- row 6: save, one new node onto a long state ----------------------------------------
+
+SAVE_SIZES = (1_000, 10_000, 100_000)
+SAVE_FORMS = ("AgentState", "dict")
+
+
+def save_turn(state: Any, turn: int) -> Any:
+    """``state`` one node longer (an inference under the last node), in the same form:
+    a new :class:`AgentState` sharing the old one's node objects, or the same dict
+    with the node appended to its list, as an app holding its state would do."""
+    last = state.nodes[-1].to_obj() if isinstance(state, AgentState) else state["nodes"][-1]
+    payload = {"text": f"turn {turn} of the save benchmark", "length": len(last["id"])}
+    new = {
+        "id": compute_id("inference", [last["id"]], payload, None),
+        "kind": "inference",
+        "parents": [last["id"]],
+        "payload": payload,
+        "createdAt": "2026-12-03T12:00:00.000Z",
+        "sequence": last["sequence"] + 1,
+    }
+    if isinstance(state, AgentState):
+        return AgentState.model_construct(
+            version=1, nodes=(*state.nodes, CausalNode.from_obj(new)), frontier=(new["id"],)
+        )
+    state["nodes"].append(new)
+    state["frontier"] = [new["id"]]
+    return state
+
+
+async def bench_save(
+    store: cwstore.AsyncStore, doc: dict[str, Any], sizes: Sizes, log: Callable[[str], None]
+) -> list[Row]:
+    """``store.save`` of a state one node longer than the stored graph, per state size
+    and form (an :class:`AgentState`, or a parsed JSON document as a dict).
+
+    Each graph is imported, then saved once as a whole (the first save of a graph by
+    this store, shown as "first save"), then one node per turn is added to the state
+    (outside the timing) and the state saved. Sizes and forms take turns, so machine
+    load falls on all of them alike.
+    """
+    keys = [(form, n) for form in SAVE_FORMS for n in SAVE_SIZES]
+    states: dict[tuple[str, int], Any] = {}
+    first: dict[tuple[str, int], float] = {}
+    for form, n in keys:
+        part = prefix(doc, n)
+        graph = f"save-{form}-{n}"
+        await store.import_state(graph, as_model(part))
+        state: Any = as_model(part) if form == "AgentState" else {**part, "nodes": part["nodes"]}
+        start = time.perf_counter()
+        await store.save(graph, state)
+        first[form, n] = time.perf_counter() - start
+        states[form, n] = state
+    times: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+    budget = time.perf_counter() + 3 * sizes.append_seconds
+    turn = 0
+    while turn < 5 + sizes.samples * 20 and (turn < 8 or time.perf_counter() < budget):
+        for form, n in keys:
+            state = states[form, n] = save_turn(states[form, n], turn)
+            start = time.perf_counter()
+            written = await store.save(f"save-{form}-{n}", state)
+            if turn >= 3:  # the first turns warm the connections
+                times[form, n].append(time.perf_counter() - start)
+            if len(written) != 1:
+                raise RuntimeError(f"save wrote {len(written)} nodes, expected 1")
+        turn += 1
+    log(f"  {turn} turns per size and form")
+    p50 = {k: statistics.median(t) for k, t in times.items()}
+    rows: list[Row] = []
+    small, large = SAVE_SIZES[0], SAVE_SIZES[-1]
+    for form in SAVE_FORMS:
+        rows += [
+            Row(
+                f"6 Save ({form}), 1 new node onto {size_text(n)} nodes",
+                f"p50 {ms(p50[form, n])}, p99 {ms(pct(times[form, n], 0.99))} "
+                f"(first save {ms(first[form, n])})",
+                "—",
+            )
+            for n in SAVE_SIZES
+        ]
+        growth = p50[form, large] / p50[form, small]
+        rows.append(
+            Row(
+                f"6 Save ({form}) growth, {size_text(large)} / {size_text(small)}",
+                f"{growth:.2f}x",
+                "—",
+                f"{growth:.2f}x",
+                "≤ 2.00x",
+                growth <= 2.0,
+            )
+        )
+        rows.append(
+            Row(
+                f"6 Save ({form}) p50 at {size_text(large)}",
+                ms(p50[form, large]),
+                "—",
+                "—",
+                "< 10 ms",
+                p50[form, large] < 0.010,
+            )
+        )
+    return rows
+
+
 async def run(
-    admin: str, server: str, sizes: Sizes, log: Callable[[str], None]
+    admin: str, server: str, sizes: Sizes, log: Callable[[str], None], only: str | None = None
 ) -> tuple[list[Row], dict[str, str]]:
     tag = f"cwbench_{os.getpid()}"
     main_dsn = await create_database(admin, tag)
@@ -888,10 +1000,12 @@ async def run(
             rows += error_rows("1-4 cwstore.connect", exc)
         else:
             try:
-                rows += await store_sections(main_dsn, store, doc, sizes, log)
+                rows += await store_sections(main_dsn, store, doc, sizes, log, only)
             finally:
                 await store.close()
         del doc
+        if only == "save":
+            return rows, facts
         log("5 versus LangGraph")
         try:
             rows += await bench_langgraph(agent_dsn, sizes)
@@ -950,6 +1064,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a PostgreSQL URL to benchmark on (scratch databases "
         "are created and dropped); default: embedded server",
     )
+    parser.add_argument("--only", choices=["save"], help="run only this section (row 6: save)")
     parser.add_argument("--write-results", action="store_true", help="write benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -961,11 +1076,11 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[dim]{time.perf_counter() - began:6.1f}s[/] {msg}")
 
     if args.dsn:
-        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log))
+        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log, args.only))
     else:
         log("starting an embedded PostgreSQL (default durability settings)")
         with embedded_server() as admin:
-            rows, facts = asyncio.run(run(admin, "embedded, cwstore.server", sizes, log))
+            rows, facts = asyncio.run(run(admin, "embedded, cwstore.server", sizes, log, args.only))
     total = time.perf_counter() - began
     facts["Run"] = (
         f"{'--quick' if args.quick else 'full'}, {total:.0f} s in total, "
