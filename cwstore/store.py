@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import select
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -28,11 +28,9 @@ from ._store_base import (
     GraphInfo,
     ImportPlan,
     TailItem,
-    as_document,
     as_of_args,
     check_graph_name,
     check_read_length,
-    check_save,
     export_rows,
     export_text,
     key_version,
@@ -45,10 +43,18 @@ from ._store_base import (
     stored_nodes,
     tenant_settings,
 )
-from .errors import DatabaseError, Error, InputError, UnknownGraphError, ValidationError
+from .errors import (
+    DatabaseError,
+    Error,
+    InputError,
+    LengthConflictError,
+    UnknownGraphError,
+    ValidationError,
+)
 from .model import AgentState, CausalNode
 from .projection import KeyVersion, Projection
-from .rules import Vocabulary
+from .rules import Vocabulary, validate
+from .suffix import SavedPrefix, SaveMemory, check_stored_length, check_suffix, read_state
 
 __all__ = ["Store", "connect_sync"]
 
@@ -123,6 +129,7 @@ class Store:
     def __init__(self, pool: ConnectionPool[Conn], dsn: str) -> None:
         self._pool = pool
         self.dsn = dsn
+        self._saved = SaveMemory()
 
     def __enter__(self) -> Self:
         return self
@@ -235,25 +242,41 @@ class Store:
     ) -> list[CausalNode]:
         """Persist a whole state, appending only what is new (see the async twin)."""
         check_graph_name(graph)
-        doc = as_document(state)
-        nodes = doc["nodes"]
+        todo = read_state(state)
+        known = self._saved.usable(graph, todo, expected_length)
+        if known is not None:
+            new = check_suffix(todo, known)
+            with suppress(LengthConflictError) if expected_length is None else nullcontext():
+                written = self.append(
+                    graph, new, expected_length=known.length, frontier=todo.frontier
+                )
+                if self._saved.wrote(graph, known, todo, new, written):
+                    return written
+            self._saved.forget(graph)
         with self._conn() as conn:
             row = conn.execute(q("graph_get"), (graph,)).fetchone()
-            stored = check_save(graph, doc, row[1] if row else 0, expected_length)
+            stored = check_stored_length(graph, todo, row[1] if row else 0, expected_length)
             if stored and row is not None:
-                bad = self._one(
-                    conn, q("first_mismatch"), row[0], [n["id"] for n in nodes[:stored]]
-                )
+                ids = todo.plain_ids(stored)
+                if ids is None:
+                    raise ValidationError(validate(state))
+                bad = self._one(conn, q("first_mismatch"), row[0], ids)
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
-                if stored == len(nodes):
+                if stored == len(todo):
                     current = [r[0] for r in conn.execute(q("frontier_now"), (row[0],))]
-                    if current == list(doc["frontier"]):
+                    if current == list(todo.frontier):
+                        self._saved.remember(graph, SavedPrefix.of_state(todo, stored))
                         return []
-        if not nodes:
+        if not len(todo):
             return []
-        new = nodes[stored:] or nodes[-1:]
-        written = self.append(graph, new, expected_length=stored, frontier=doc["frontier"])
+        prefix = SavedPrefix.of_state(todo, stored)
+        new = check_suffix(todo, prefix) or todo.objects(-1)
+        written = self.append(graph, new, expected_length=stored, frontier=todo.frontier)
+        if stored == len(todo):
+            self._saved.remember(graph, prefix)
+            return []
+        self._saved.wrote(graph, prefix, todo, new, written)
         return [n for n in written if n.sequence > stored]
 
     def frontier(self, graph: str) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -33,11 +33,9 @@ from ._store_base import (
     GraphInfo,
     ImportPlan,
     TailItem,
-    as_document,
     as_of_args,
     check_graph_name,
     check_read_length,
-    check_save,
     export_rows,
     export_text,
     key_version,
@@ -50,10 +48,18 @@ from ._store_base import (
     stored_nodes,
     tenant_settings,
 )
-from .errors import DatabaseError, Error, InputError, UnknownGraphError
+from .errors import (
+    DatabaseError,
+    Error,
+    InputError,
+    LengthConflictError,
+    UnknownGraphError,
+    ValidationError,
+)
 from .model import AgentState, CausalNode
 from .projection import KeyVersion, Projection
-from .rules import Vocabulary
+from .rules import Vocabulary, validate
+from .suffix import SavedPrefix, SaveMemory, check_stored_length, check_suffix, read_state
 
 __all__ = ["AsyncStore", "connect"]
 
@@ -168,6 +174,7 @@ class AsyncStore:
     def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
         self._pool = pool
         self.dsn = dsn
+        self._saved = SaveMemory()
 
     async def __aenter__(self) -> Self:
         return self
@@ -314,26 +321,42 @@ class AsyncStore:
         this call wrote. A concurrent writer makes it a :class:`LengthConflictError`.
         """
         check_graph_name(graph)
-        doc = as_document(state)
-        nodes = doc["nodes"]
+        todo = read_state(state)
+        known = self._saved.usable(graph, todo, expected_length)
+        if known is not None:
+            new = check_suffix(todo, known)
+            with suppress(LengthConflictError) if expected_length is None else nullcontext():
+                written = await self.append(
+                    graph, new, expected_length=known.length, frontier=todo.frontier
+                )
+                if self._saved.wrote(graph, known, todo, new, written):
+                    return written
+            self._saved.forget(graph)
         async with self._conn() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
-            stored = check_save(graph, doc, row["length"] if row else 0, expected_length)
+            stored = check_stored_length(graph, todo, row["length"] if row else 0, expected_length)
             if stored and row is not None:
-                bad = await conn.fetchval(
-                    q("first_mismatch"), row["graph_id"], [n["id"] for n in nodes[:stored]]
-                )
+                ids = todo.plain_ids(stored)
+                if ids is None:
+                    raise ValidationError(validate(state))
+                bad = await conn.fetchval(q("first_mismatch"), row["graph_id"], ids)
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
-                if stored == len(nodes):
+                if stored == len(todo):
                     current = [r[0] for r in await conn.fetch(q("frontier_now"), row["graph_id"])]
-                    if current == list(doc["frontier"]):
+                    if current == list(todo.frontier):
+                        self._saved.remember(graph, SavedPrefix.of_state(todo, stored))
                         return []
-        if not nodes:
+        if not len(todo):
             return []
+        prefix = SavedPrefix.of_state(todo, stored)
         # With nothing new, re-sending the last node writes nothing but declares the frontier.
-        new = nodes[stored:] or nodes[-1:]
-        written = await self.append(graph, new, expected_length=stored, frontier=doc["frontier"])
+        new = check_suffix(todo, prefix) or todo.objects(-1)
+        written = await self.append(graph, new, expected_length=stored, frontier=todo.frontier)
+        if stored == len(todo):
+            self._saved.remember(graph, prefix)
+            return []
+        self._saved.wrote(graph, prefix, todo, new, written)
         return [n for n in written if n.sequence > stored]
 
     async def frontier(self, graph: str) -> list[str]:
