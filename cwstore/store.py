@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import select
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -44,10 +44,10 @@ from ._store_base import (
     tenant_settings,
 )
 from .errors import (
+    ConflictError,
     DatabaseError,
     Error,
     InputError,
-    LengthConflictError,
     UnknownGraphError,
     ValidationError,
 )
@@ -246,7 +246,7 @@ class Store:
         known = self._saved.usable(graph, todo, expected_length)
         if known is not None:
             new = check_suffix(todo, known)
-            with suppress(LengthConflictError) if expected_length is None else nullcontext():
+            with suppress(ConflictError):
                 written = self.append(
                     graph, new, expected_length=known.length, frontier=todo.frontier
                 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager, nullcontext, suppress
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -49,10 +49,10 @@ from ._store_base import (
     tenant_settings,
 )
 from .errors import (
+    ConflictError,
     DatabaseError,
     Error,
     InputError,
-    LengthConflictError,
     UnknownGraphError,
     ValidationError,
 )
@@ -319,13 +319,20 @@ class AsyncStore:
         otherwise :class:`DivergedError` (a :class:`ConflictError`) and nothing is
         written. The state's frontier is declared after the new nodes. Returns the nodes
         this call wrote. A concurrent writer makes it a :class:`LengthConflictError`.
+
+        Only the nodes past the stored prefix are validated (:mod:`cwstore.suffix`);
+        the prefix is compared by id. After this store's first save of a graph it
+        remembers the graph's ids, so a save then reads nothing back and costs time in
+        proportion to the new nodes (plus, for a dict, reading each node's id; the
+        nodes of an :class:`AgentState` are compared as objects). A state that is not
+        valid past the prefix raises :class:`ValidationError`.
         """
         check_graph_name(graph)
         todo = read_state(state)
         known = self._saved.usable(graph, todo, expected_length)
         if known is not None:
             new = check_suffix(todo, known)
-            with suppress(LengthConflictError) if expected_length is None else nullcontext():
+            with suppress(ConflictError):
                 written = await self.append(
                     graph, new, expected_length=known.length, frontier=todo.frontier
                 )

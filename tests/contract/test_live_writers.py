@@ -872,3 +872,23 @@ async def test_warm_save_after_another_writer_appended(store: Any, db_dsn: str) 
     assert [(n.sequence, n.id) for n in written] == [(8, nxt["id"])]
     assert await store.frontier(g) == [nxt["id"]]
     assert (await store.replay(g)).to_obj() == state
+
+
+async def test_warm_save_after_another_writer_moved_a_key(store: Any, db_dsn: str) -> None:
+    g = new_graph("save")
+    b = _session()
+    first = b.resource("report.md", {"content": "v1"})
+    await store.save(g, b.state())
+    b.answer("drafted")
+    await store.save(g, b.state())
+    theirs = node("resource", {"content": "their v2"}, [first["id"]], key="report.md")
+    await store.append(g, [theirs])
+    before = await snapshot(db_dsn, g)
+
+    # The state's own next version of the key links to the head it knows: the stored
+    # graph has moved on, so the state no longer extends it.
+    b.resource("report.md", {"content": "my v2"})
+    with pytest.raises(DivergedError) as info:
+        await store.save(g, b.state())
+    assert info.value.position == 7
+    assert await snapshot(db_dsn, g) == before
