@@ -27,6 +27,7 @@ state whose prefix carries the stored ids is taken to hold the stored nodes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -283,11 +284,20 @@ class SaveMemory:
 
     Safe to share between threads and tasks: a prefix is never changed in place
     (extending one shares only what grows past its length), and the memory only swaps
-    whole entries.
+    whole entries. It holds the ``graphs`` most recently saved (a prefix costs about
+    100 bytes a node); a graph it dropped is compared in the database on its next save.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, graphs: int = 64) -> None:
         self._known: dict[str, SavedPrefix] = {}
+        self._graphs = graphs
+
+    def _keep(self, graph: str, prefix: SavedPrefix) -> None:
+        self._known.pop(graph, None)
+        self._known[graph] = prefix
+        while len(self._known) > self._graphs:
+            with suppress(StopIteration, KeyError, RuntimeError):
+                del self._known[next(iter(self._known))]
 
     def usable(
         self, graph: str, state: StateToSave, expected_length: int | None
@@ -323,12 +333,12 @@ class SaveMemory:
         ):
             self.forget(graph)
             return False
-        self._known[graph] = prefix.extended(new, state.frozen_nodes(prefix.length))
+        self._keep(graph, prefix.extended(new, state.frozen_nodes(prefix.length)))
         return True
 
     def remember(self, graph: str, prefix: SavedPrefix) -> None:
         """Remember ``prefix`` as the graph's, as found in the database."""
-        self._known[graph] = prefix
+        self._keep(graph, prefix)
 
     def forget(self, graph: str) -> None:
         """Drop what is known of ``graph`` (its next save compares in the database)."""
