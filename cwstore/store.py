@@ -228,6 +228,16 @@ class Store:
         frontier: Sequence[str] | None = None,
     ) -> list[CausalNode]:
         """Append a batch of nodes; returns them as stored (see the async twin)."""
+        return stored_nodes(*self._append_rows(graph, nodes, expected_length, frontier))
+
+    def _append_rows(
+        self,
+        graph: str,
+        nodes: Iterable[Any],
+        expected_length: int | None,
+        frontier: Sequence[str] | None,
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
         check_graph_name(graph)
         batch = prepare_batch(nodes, frontier)
         ids = [n.get("id", "") for n in batch.nodes]
@@ -235,7 +245,7 @@ class Store:
             rows = conn.execute(
                 q("append"), (graph, batch.json, expected_length, batch.frontier_json)
             ).fetchall()
-        return stored_nodes(batch.nodes, rows)
+        return batch.nodes, rows
 
     def save(
         self, graph: str, state: Any, *, expected_length: int | None = None
@@ -247,11 +257,9 @@ class Store:
         if known is not None:
             new = check_suffix(todo, known)
             with suppress(ConflictError):
-                written = self.append(
-                    graph, new, expected_length=known.length, frontier=todo.frontier
-                )
-                if self._saved.wrote(graph, known, todo, new, written):
-                    return written
+                sent, rows = self._append_rows(graph, new, known.length, todo.frontier)
+                if self._saved.wrote(graph, known, todo, new, rows):
+                    return stored_nodes(sent, rows)
             self._saved.forget(graph)
         with self._conn() as conn:
             row = conn.execute(q("graph_get"), (graph,)).fetchone()
@@ -272,12 +280,12 @@ class Store:
             return []
         prefix = SavedPrefix.of_state(todo, stored)
         new = check_suffix(todo, prefix) or todo.objects(-1)
-        written = self.append(graph, new, expected_length=stored, frontier=todo.frontier)
+        sent, rows = self._append_rows(graph, new, stored, todo.frontier)
         if stored == len(todo):
             self._saved.remember(graph, prefix)
             return []
-        self._saved.wrote(graph, prefix, todo, new, written)
-        return [n for n in written if n.sequence > stored]
+        self._saved.wrote(graph, prefix, todo, new, rows)
+        return [n for n in stored_nodes(sent, rows) if n.sequence > stored]
 
     def frontier(self, graph: str) -> list[str]:
         """The current frontier, heads in the order they joined."""

@@ -301,6 +301,16 @@ class AsyncStore:
         Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
         ``expected_length``), :class:`ChainConflictError` (a key moved on).
         """
+        return stored_nodes(*await self._append_rows(graph, nodes, expected_length, frontier))
+
+    async def _append_rows(
+        self,
+        graph: str,
+        nodes: Iterable[Any],
+        expected_length: int | None,
+        frontier: Sequence[str] | None,
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
         check_graph_name(graph)
         batch = prepare_batch(nodes, frontier)
         ids = [n.get("id", "") for n in batch.nodes]
@@ -308,7 +318,7 @@ class AsyncStore:
             rows = await conn.fetch(
                 q("append"), graph, batch.json, expected_length, batch.frontier_json
             )
-        return stored_nodes(batch.nodes, rows)
+        return batch.nodes, rows
 
     async def save(
         self, graph: str, state: Any, *, expected_length: int | None = None
@@ -333,11 +343,9 @@ class AsyncStore:
         if known is not None:
             new = check_suffix(todo, known)
             with suppress(ConflictError):
-                written = await self.append(
-                    graph, new, expected_length=known.length, frontier=todo.frontier
-                )
-                if self._saved.wrote(graph, known, todo, new, written):
-                    return written
+                sent, rows = await self._append_rows(graph, new, known.length, todo.frontier)
+                if self._saved.wrote(graph, known, todo, new, rows):
+                    return stored_nodes(sent, rows)
             self._saved.forget(graph)
         async with self._conn() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
@@ -359,12 +367,12 @@ class AsyncStore:
         prefix = SavedPrefix.of_state(todo, stored)
         # With nothing new, re-sending the last node writes nothing but declares the frontier.
         new = check_suffix(todo, prefix) or todo.objects(-1)
-        written = await self.append(graph, new, expected_length=stored, frontier=todo.frontier)
+        sent, rows = await self._append_rows(graph, new, stored, todo.frontier)
         if stored == len(todo):
             self._saved.remember(graph, prefix)
             return []
-        self._saved.wrote(graph, prefix, todo, new, written)
-        return [n for n in written if n.sequence > stored]
+        self._saved.wrote(graph, prefix, todo, new, rows)
+        return [n for n in stored_nodes(sent, rows) if n.sequence > stored]
 
     async def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's

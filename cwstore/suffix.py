@@ -321,15 +321,17 @@ class SaveMemory:
         prefix: SavedPrefix,
         state: StateToSave,
         new: Sequence[dict[str, Any]],
-        written: Sequence[CausalNode],
+        rows: Sequence[Sequence[Any]],
     ) -> bool:
         """Record that ``new`` (the nodes of ``state`` past ``prefix``) was appended
-        right after ``prefix``; ``False`` (and the
-        graph forgotten) when the rows say otherwise (a node was already held, so
-        another writer got there first)."""
-        if len(written) != len(new) or any(
-            n.sequence != prefix.length + i or n.id != m["id"]
-            for i, (n, m) in enumerate(zip(written, new, strict=True), start=1)
+        right after ``prefix``, given the rows ``append_v1`` returned (sequence, id, ...,
+        written at index 4). ``False`` (and the graph forgotten) when the rows say
+        otherwise: a node this call did not write (another writer got there first) or
+        one at another sequence.
+        """
+        if len(rows) != len(new) or any(
+            r[0] != prefix.length + i or r[1] != m["id"] or not r[4]
+            for i, (r, m) in enumerate(zip(rows, new, strict=True), start=1)
         ):
             self.forget(graph)
             return False

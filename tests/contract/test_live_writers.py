@@ -892,3 +892,22 @@ async def test_warm_save_after_another_writer_moved_a_key(store: Any, db_dsn: st
         await store.save(g, b.state())
     assert info.value.position == 7
     assert await snapshot(db_dsn, g) == before
+
+
+async def test_warm_save_of_nodes_another_writer_already_wrote(store: Any, db_dsn: str) -> None:
+    g = new_graph("save")
+    b = await _warmed(store, g)
+    answer = b.answer("second")
+    await store.append(g, [answer])  # another writer stored the very same node
+
+    # Nothing is written by this save; the state's own frontier is declared.
+    state = b.state()
+    state["frontier"] = [state["nodes"][1]["id"], answer["id"]]
+    _, _, decls_before = await snapshot(db_dsn, g)
+    assert await store.save(g, state) == []
+    assert await store.frontier(g) == state["frontier"]
+    length, rows, decls_after = await snapshot(db_dsn, g)
+    assert (length, len(rows), decls_after) == (6, 6, decls_before + 1)
+    # And the next turn saves from there.
+    b.answer("third")
+    assert [n.sequence for n in await store.save(g, b.state())] == [7]
