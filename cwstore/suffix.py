@@ -226,7 +226,12 @@ class SavedPrefix:
 
 
 class _SeenOverPrefix(dict[str, int]):
-    """The ids :func:`check_nodes` has seen in the suffix, over the prefix's ids."""
+    """The ids :func:`check_nodes` has seen in the suffix, over the prefix's ids.
+
+    ``check_nodes`` only asks whether an id is in ``seen`` and records each new id in
+    it; answering ``in`` from the prefix's shared index as well spares copying the
+    index (the whole prefix) into a fresh dict on every save.
+    """
 
     __slots__ = ("prefix",)
 
