@@ -251,6 +251,18 @@ def as_model(doc: dict[str, Any]) -> AgentState:
     )
 
 
+COPY_COLUMNS = (
+    "graph_id",
+    "seq",
+    "id",
+    "kind",
+    "parents",
+    "payload_text",
+    "created_at_text",
+    "resource_key",
+)
+
+
 def copy_records(doc: dict[str, Any], graph_id: int) -> list[tuple[Any, ...]]:
     return [
         (
@@ -282,7 +294,20 @@ async def bench_import(dsn: str, store: cwstore.AsyncStore, doc: dict[str, Any])
     records = copy_records(doc, 1)
     conn = await asyncpg.connect(dsn)
     best = math.inf
+    indexed = math.inf
     try:
+        # The storage limit: the same rows into a table like cwstore.nodes (its generated
+        # columns, defaults, constraints and indexes) without its triggers, so nothing
+        # derived is checked or written. Best of two.
+        for i in range(2):
+            table = f"copy_indexed_{i}"
+            await conn.execute(
+                f"CREATE TABLE {table} (LIKE cwstore.nodes INCLUDING ALL EXCLUDING COMMENTS)"
+            )
+            start = time.perf_counter()
+            await conn.copy_records_to_table(table, records=records, columns=COPY_COLUMNS)
+            indexed = min(indexed, time.perf_counter() - start)
+            await conn.execute(f"DROP TABLE {table}")
         for i in range(3):  # best of three: the baseline gets every benefit of the doubt
             table = f"copy_baseline_{i}"
             await conn.execute(
@@ -303,7 +328,13 @@ async def bench_import(dsn: str, store: cwstore.AsyncStore, doc: dict[str, Any])
             f"{rate(n, best)} (COPY, unlogged)",
             best / cw_seconds,
             0.50,
-        )
+        ),
+        Row(
+            f"1 Import {size_text(n)}: COPY into the node table's indexes, no triggers",
+            f"{rate(n, indexed)} ({indexed:.1f} s)",
+            f"{rate(n, best)} (COPY, unlogged)",
+            f"{best / indexed:.2f}x",
+        ),
     ]
 
 
@@ -749,7 +780,7 @@ async def bench_langgraph(dsn: str, sizes: Sizes) -> list[Row]:
     gc.collect()
     gc.freeze()
 
-    store = await cwstore.connect(dsn, min_size=1, max_size=2)
+    store = await cwstore.connect(dsn, min_size=1, max_size=2, migrate_schema=True)
     lg = await LangGraphSession.open(dsn)
     graph = "agent-session"
     cw_write: list[float] = []
@@ -834,9 +865,13 @@ async def store_sections(
     doc: dict[str, Any],
     sizes: Sizes,
     log: Callable[[str], None],
+    only: str | None = None,
 ) -> list[Row]:
-    """Rows 1 to 4, in the order that lets each reuse the graphs of the one before."""
+    """Rows 1 to 4 and 6, in the order that lets each reuse the graphs of the one before."""
     rows: list[Row] = []
+    if only == "save":
+        log("6 save")
+        return await bench_save(store, doc, sizes, log)
     imported = 0
     log("1 import")
     try:
@@ -856,6 +891,11 @@ async def store_sections(
         rows += await bench_replay(dsn, store, imported)
     except Exception as exc:
         rows += error_rows("4 Replay", exc)
+    log("6 save")
+    try:
+        rows += await bench_save(store, doc, sizes, log)
+    except Exception as exc:
+        rows += error_rows("6 Save", exc)
     log("2 appends")
     try:
         rows += await bench_appends(dsn, store, sizes)
@@ -864,8 +904,111 @@ async def store_sections(
     return rows
 
 
+# --- row 6: save, one new node onto a long state ----------------------------------------
+
+SAVE_SIZES = (1_000, 10_000, 100_000)
+SAVE_FORMS = ("AgentState", "dict")
+
+
+def save_turn(state: Any, turn: int) -> Any:
+    """``state`` one node longer (an inference under the last node), in the same form:
+    a new :class:`AgentState` sharing the old one's node objects, or the same dict
+    with the node appended to its list, as an app holding its state would do."""
+    last = state.nodes[-1].to_obj() if isinstance(state, AgentState) else state["nodes"][-1]
+    payload = {"text": f"turn {turn} of the save benchmark", "length": len(last["id"])}
+    new = {
+        "id": compute_id("inference", [last["id"]], payload, None),
+        "kind": "inference",
+        "parents": [last["id"]],
+        "payload": payload,
+        "createdAt": "2026-12-03T12:00:00.000Z",
+        "sequence": last["sequence"] + 1,
+    }
+    if isinstance(state, AgentState):
+        return AgentState.model_construct(
+            version=1, nodes=(*state.nodes, CausalNode.from_obj(new)), frontier=(new["id"],)
+        )
+    state["nodes"].append(new)
+    state["frontier"] = [new["id"]]
+    return state
+
+
+async def bench_save(
+    store: cwstore.AsyncStore, doc: dict[str, Any], sizes: Sizes, log: Callable[[str], None]
+) -> list[Row]:
+    """``store.save`` of a state one node longer than the stored graph, per state size
+    and form (an :class:`AgentState`, or a parsed JSON document as a dict).
+
+    Each graph is imported, then saved once as a whole (the first save of a graph by
+    this store, shown as "first save"), then one node per turn is added to the state
+    (outside the timing) and the state saved. Sizes and forms take turns, so machine
+    load falls on all of them alike.
+    """
+    keys = [(form, n) for form in SAVE_FORMS for n in SAVE_SIZES]
+    states: dict[tuple[str, int], Any] = {}
+    first: dict[tuple[str, int], float] = {}
+    for form, n in keys:
+        part = prefix(doc, n)
+        graph = f"save-{form}-{n}"
+        await store.import_state(graph, as_model(part))
+        state: Any = as_model(part) if form == "AgentState" else {**part, "nodes": part["nodes"]}
+        start = time.perf_counter()
+        await store.save(graph, state)
+        first[form, n] = time.perf_counter() - start
+        states[form, n] = state
+    times: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+    budget = time.perf_counter() + 3 * sizes.append_seconds
+    turn = 0
+    while turn < 5 + sizes.samples * 20 and (turn < 8 or time.perf_counter() < budget):
+        for form, n in keys:
+            state = states[form, n] = save_turn(states[form, n], turn)
+            start = time.perf_counter()
+            written = await store.save(f"save-{form}-{n}", state)
+            if turn >= 3:  # the first turns warm the connections
+                times[form, n].append(time.perf_counter() - start)
+            if len(written) != 1:
+                raise RuntimeError(f"save wrote {len(written)} nodes, expected 1")
+        turn += 1
+    log(f"  {turn} turns per size and form")
+    p50 = {k: statistics.median(t) for k, t in times.items()}
+    rows: list[Row] = []
+    small, large = SAVE_SIZES[0], SAVE_SIZES[-1]
+    for form in SAVE_FORMS:
+        rows += [
+            Row(
+                f"6 Save ({form}), 1 new node onto {size_text(n)} nodes",
+                f"p50 {ms(p50[form, n])}, p99 {ms(pct(times[form, n], 0.99))} "
+                f"(first save {ms(first[form, n])})",
+                "—",
+            )
+            for n in SAVE_SIZES
+        ]
+        growth = p50[form, large] / p50[form, small]
+        rows.append(
+            Row(
+                f"6 Save ({form}) growth, {size_text(large)} / {size_text(small)}",
+                f"{growth:.2f}x",
+                "—",
+                f"{growth:.2f}x",
+                "≤ 2.00x",
+                growth <= 2.0,
+            )
+        )
+        rows.append(
+            Row(
+                f"6 Save ({form}) p50 at {size_text(large)}",
+                ms(p50[form, large]),
+                "—",
+                "—",
+                "< 10 ms",
+                p50[form, large] < 0.010,
+            )
+        )
+    return rows
+
+
 async def run(
-    admin: str, server: str, sizes: Sizes, log: Callable[[str], None]
+    admin: str, server: str, sizes: Sizes, log: Callable[[str], None], only: str | None = None
 ) -> tuple[list[Row], dict[str, str]]:
     tag = f"cwbench_{os.getpid()}"
     main_dsn = await create_database(admin, tag)
@@ -883,15 +1026,17 @@ async def run(
         gc.collect()
         gc.freeze()
         try:
-            store = await cwstore.connect(main_dsn, min_size=2, max_size=16)
+            store = await cwstore.connect(main_dsn, min_size=2, max_size=16, migrate_schema=True)
         except Exception as exc:
             rows += error_rows("1-4 cwstore.connect", exc)
         else:
             try:
-                rows += await store_sections(main_dsn, store, doc, sizes, log)
+                rows += await store_sections(main_dsn, store, doc, sizes, log, only)
             finally:
                 await store.close()
         del doc
+        if only == "save":
+            return rows, facts
         log("5 versus LangGraph")
         try:
             rows += await bench_langgraph(agent_dsn, sizes)
@@ -950,6 +1095,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a PostgreSQL URL to benchmark on (scratch databases "
         "are created and dropped); default: embedded server",
     )
+    parser.add_argument("--only", choices=["save"], help="run only this section (row 6: save)")
     parser.add_argument("--write-results", action="store_true", help="write benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -961,11 +1107,11 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[dim]{time.perf_counter() - began:6.1f}s[/] {msg}")
 
     if args.dsn:
-        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log))
+        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log, args.only))
     else:
         log("starting an embedded PostgreSQL (default durability settings)")
         with embedded_server() as admin:
-            rows, facts = asyncio.run(run(admin, "embedded, cwstore.server", sizes, log))
+            rows, facts = asyncio.run(run(admin, "embedded, cwstore.server", sizes, log, args.only))
     total = time.perf_counter() - began
     facts["Run"] = (
         f"{'--quick' if args.quick else 'full'}, {total:.0f} s in total, "

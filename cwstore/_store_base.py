@@ -28,9 +28,7 @@ from .document import (
     validate_in_slices,
 )
 from .errors import (
-    DivergedError,
     InputError,
-    LengthConflictError,
     MissingExtraError,
     ValidationError,
     Violation,
@@ -44,7 +42,6 @@ __all__ = [
     "PreparedBatch",
     "as_document",
     "check_graph_name",
-    "check_save",
     "export_text",
     "js_now",
     "key_version",
@@ -404,22 +401,6 @@ def prepare_batch(
         json=jsontext.dumps(done),
         frontier_json=None if frontier is None else jsontext.dumps(list(frontier)),
     )
-
-
-def check_save(graph: str, doc: dict[str, Any], stored: int, expected_length: int | None) -> int:
-    """The checks of ``save`` that need only lengths; returns the stored length.
-
-    Raises :class:`LengthConflictError` for a stale ``expected_length`` and
-    :class:`DivergedError` when the stored graph is longer than the state.
-    """
-    stored = int(stored)
-    if expected_length is not None and expected_length != stored:
-        raise LengthConflictError(
-            graph=graph, expected_length=expected_length, actual_length=stored
-        )
-    if stored > len(doc["nodes"]):
-        raise DivergedError(graph=graph, position=len(doc["nodes"]) + 1, stored_length=stored)
-    return stored
 
 
 def node_from_row(

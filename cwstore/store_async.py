@@ -16,9 +16,10 @@ the truth), which a transaction-mode pooler cannot hold: point those at the serv
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import suppress
 from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from . import migrate
 from ._store_base import (
@@ -28,12 +29,10 @@ from ._store_base import (
     ImportPlan,
     NodeLike,
     StateLike,
-    as_document,
     as_of_args,
     check_after,
     check_graph_name,
     check_read_length,
-    check_save,
     export_rows,
     export_text,
     graph_info,
@@ -47,11 +46,19 @@ from ._store_base import (
     tenant_settings,
     vocabulary_arg,
 )
-from .document import AgentState, CausalNode, Vocabulary
+from .document import AgentState, CausalNode, Vocabulary, validate
 from .drivers._protocol import AsyncConnection, AsyncPool, Row
 from .drivers.asyncpg import AsyncpgPool
-from .errors import DivergedError, SchemaNotReadyError, UnknownGraphError, ValidationError, renumber
+from .errors import (
+    ConflictError,
+    DivergedError,
+    SchemaNotReadyError,
+    UnknownGraphError,
+    ValidationError,
+    renumber,
+)
 from .results import Cursor, GraphInfo, KeyVersion, Projection, TailItem
+from .suffix import SavedPrefix, SaveMemory, check_stored_length, check_suffix, read_state
 
 __all__ = ["AsyncStore", "connect"]
 
@@ -119,6 +126,7 @@ class AsyncStore:
 
     def __init__(self, pool: AsyncPool) -> None:
         self._pool = pool
+        self._saved = SaveMemory()
         self.dsn = pool.dsn
 
     async def __aenter__(self) -> Self:
@@ -232,6 +240,16 @@ class AsyncStore:
         Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
         ``expected_length``), :class:`ChainConflictError` (a key moved on).
         """
+        return stored_nodes(*await self._append_rows(graph, nodes, expected_length, frontier))
+
+    async def _append_rows(
+        self,
+        graph: str,
+        nodes: Iterable[NodeLike],
+        expected_length: int | None,
+        frontier: Sequence[str] | None,
+    ) -> tuple[list[dict[str, Any]], list[Row]]:
+        """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
         check_graph_name(graph)
         batch = prepare_batch(nodes, frontier)
         try:
@@ -241,7 +259,7 @@ class AsyncStore:
                 )
         except ValidationError as exc:
             raise renumber(exc, [n.get("id", "") for n in batch.nodes]) from exc.__cause__
-        return stored_nodes(batch.nodes, rows)
+        return batch.nodes, rows
 
     async def save(
         self, graph: str, state: StateLike, *, expected_length: int | None = None
@@ -252,29 +270,50 @@ class AsyncStore:
         otherwise :class:`DivergedError` (a :class:`ConflictError`) and nothing is
         written. The state's frontier is declared after the new nodes. Returns the nodes
         this call wrote. A concurrent writer makes it a :class:`LengthConflictError`.
+
+        Only the nodes past the stored prefix are validated (:mod:`cwstore.suffix`);
+        the prefix is compared by id. After this store's first save of a graph it
+        remembers the graph's ids, so a save then reads nothing back and costs time in
+        proportion to the new nodes (plus, for a dict, reading each node's id; the
+        nodes of an :class:`AgentState` are compared as objects). A state that is not
+        valid past the prefix raises :class:`ValidationError`.
         """
         check_graph_name(graph)
-        doc = as_document(state)
-        nodes = doc["nodes"]
+        todo = read_state(state)
+        known = self._saved.usable(graph, todo, expected_length)
+        if known is not None:
+            new = check_suffix(todo, known)
+            with suppress(ConflictError):
+                sent, rows = await self._append_rows(graph, new, known.length, todo.frontier)
+                if self._saved.wrote(graph, known, todo, new, rows):
+                    return stored_nodes(sent, rows)
+            self._saved.forget(graph)
         async with self._pool.connection() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
-            stored = check_save(graph, doc, row[1] if row else 0, expected_length)
+            stored = check_stored_length(graph, todo, row[1] if row else 0, expected_length)
             if stored and row is not None:
-                bad = await conn.fetchval(
-                    q("first_mismatch"), row[0], [n["id"] for n in nodes[:stored]]
-                )
+                ids = todo.plain_ids(stored)
+                if ids is None:
+                    raise ValidationError(validate(state))
+                bad = await conn.fetchval(q("first_mismatch"), row[0], ids)
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
-                if stored == len(nodes):
+                if stored == len(todo):
                     current = [r[0] for r in await conn.fetch(q("frontier_now"), row[0])]
-                    if current == list(doc["frontier"]):
+                    if current == list(todo.frontier):
+                        self._saved.remember(graph, SavedPrefix.of_state(todo, stored))
                         return []
-        if not nodes:
+        if not len(todo):
             return []
+        prefix = SavedPrefix.of_state(todo, stored)
         # With nothing new, re-sending the last node writes nothing but declares the frontier.
-        new = nodes[stored:] or nodes[-1:]
-        written = await self.append(graph, new, expected_length=stored, frontier=doc["frontier"])
-        return [n for n in written if n.sequence > stored]
+        new = check_suffix(todo, prefix) or todo.objects(-1)
+        sent, rows = await self._append_rows(graph, new, stored, todo.frontier)
+        if stored == len(todo):
+            self._saved.remember(graph, prefix)
+            return []
+        self._saved.wrote(graph, prefix, todo, new, rows)
+        return [n for n in stored_nodes(sent, rows) if n.sequence > stored]
 
     async def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's

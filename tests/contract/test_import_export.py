@@ -62,7 +62,7 @@ def prefix_doc(doc: dict[str, Any], s: int) -> dict[str, Any]:
 
 
 def odd_state() -> dict[str, Any]:
-    """Every odd value of :func:`cwstore.testing.odd_values` in every payload position
+    """Every odd value of :func:`support.documents.odd_values` in every payload position
     (inside arguments and results, as a resource payload, as semantic content, and as
     the whole payload), plus null, a long string and backslashes next to U+0000."""
     b = GraphBuilder()

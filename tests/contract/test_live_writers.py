@@ -636,7 +636,7 @@ async def test_missing_parent_names_the_node(store: Any) -> None:
 # --- save ------------------------------------------------------------------------------------
 
 
-def _session() -> Any:
+def _session() -> GraphBuilder:
     b = GraphBuilder()
     b.system("You are a test agent.")
     b.goal("write the report")
@@ -745,3 +745,169 @@ async def test_save_refuses_an_invalid_state(store: Any, db_dsn: str) -> None:
         await store.save(g, state)
     assert "identity" in info.value.codes
     assert await snapshot(db_dsn, g) == (0, [], 0)
+
+
+# --- save with a warm memory (the store has saved this graph before) --------------------
+
+
+async def _warmed(store: Any, graph: str) -> GraphBuilder:
+    """A graph saved twice by ``store`` (5 nodes), so its next save starts from what the
+    store remembers of the graph instead of reading it."""
+    b = _session()
+    await store.save(graph, b.state())
+    b.answer("first")
+    assert [n.sequence for n in await store.save(graph, b.state())] == [5]
+    return b
+
+
+async def test_warm_save_names_a_bad_new_node_by_its_index_in_the_state(
+    store: Any, db_dsn: str
+) -> None:
+    g = new_graph("save")
+    b = await _warmed(store, g)
+    b.inference("next")
+    b.answer("second")
+    before = await snapshot(db_dsn, g)
+
+    tampered = b.state()
+    tampered["nodes"][6]["payload"] = "tampered"
+    with pytest.raises(ValidationError) as info:
+        await store.save(g, tampered)
+    v = violation(info.value, "identity")
+    assert (v.index, v.node_id) == (6, tampered["nodes"][6]["id"])
+    assert v.path.startswith("$.nodes[6]")
+
+    renumbered = b.state()
+    renumbered["nodes"][5]["sequence"] = 9
+    with pytest.raises(ValidationError) as info:
+        await store.save(g, renumbered)
+    assert violation(info.value, "sequence").index == 5
+
+    again = b.state()
+    again["nodes"].append(dict(again["nodes"][1], sequence=8))
+    with pytest.raises(ValidationError) as info:
+        await store.save(g, again)
+    v = violation(info.value, "duplicate_id")
+    assert (v.index, v.node_id) == (7, again["nodes"][1]["id"])
+
+    orphan = b.state()
+    orphan["nodes"].append(dict(node("inference", "orphan", [MISSING]), sequence=8))
+    with pytest.raises(ValidationError) as info:
+        await store.save(g, orphan)
+    assert violation(info.value, "missing_parent").index == 7
+
+    unknown_head = b.state()
+    unknown_head["frontier"] = [MISSING]
+    with pytest.raises(ValidationError) as info:
+        await store.save(g, unknown_head)
+    assert "frontier_reference" in info.value.codes
+
+    assert await snapshot(db_dsn, g) == before
+    written = await store.save(g, b.state())
+    assert [n.sequence for n in written] == [6, 7]
+    assert (await store.replay(g)).to_obj() == b.state()
+
+
+async def test_warm_save_still_refuses_a_state_whose_prefix_differs(
+    store: Any, db_dsn: str
+) -> None:
+    g = new_graph("save")
+    b = await _warmed(store, g)
+    b.answer("second")
+    before = await snapshot(db_dsn, g)
+
+    # Another run of the session: the same first four nodes, then its own answer.
+    other = _session()
+    other.answer("another first")
+    other.answer("another second")
+    with pytest.raises(DivergedError) as info:
+        await store.save(g, other.state())
+    assert (info.value.position, info.value.stored_length) == (5, 5)
+
+    # Only an early id differs (the prefix is compared by id, every one of them).
+    early = b.state()
+    early["nodes"][1]["id"] = MISSING
+    with pytest.raises(DivergedError) as info:
+        await store.save(g, early)
+    assert info.value.position == 2
+
+    # The same nodes in another order.
+    swapped = b.state()
+    nodes = swapped["nodes"]
+    nodes[2], nodes[3] = dict(nodes[3], sequence=3), dict(nodes[2], sequence=4)
+    with pytest.raises((DivergedError, ValidationError)):
+        await store.save(g, swapped)
+
+    assert await snapshot(db_dsn, g) == before
+    assert [n.sequence for n in await store.save(g, b.state())] == [6]
+
+
+async def test_warm_save_after_another_writer_appended(store: Any, db_dsn: str) -> None:
+    g = new_graph("save")
+    b = await _warmed(store, g)
+    theirs = node("inference", "from another writer", [b.nodes[-1]["id"]])
+    await store.append(g, [theirs])
+    before = await snapshot(db_dsn, g)
+
+    # The state does not hold the other writer's node: refused, nothing written.
+    b.answer("mine")
+    with pytest.raises(DivergedError) as info:
+        await store.save(g, b.state())
+    assert (info.value.position, info.value.stored_length) == (6, 6)
+    with pytest.raises(LengthConflictError):
+        await store.save(g, b.state(), expected_length=5)
+    assert await snapshot(db_dsn, g) == before
+
+    # A state read back from the store, with one more node, saves that node only.
+    state = (await store.replay(g)).to_obj()
+    mine = node("answer", "after theirs", [theirs["id"]])
+    state["nodes"].append({**mine, "sequence": 7})
+    state["frontier"] = [mine["id"]]
+    assert [n.id for n in await store.save(g, state)] == [mine["id"]]
+    # And the next turn, as an AgentState, from the memory of that save.
+    nxt = node("inference", "and then", [mine["id"]])
+    state["nodes"].append({**nxt, "sequence": 8})
+    state["frontier"] = [nxt["id"]]
+    written = await store.save(g, cwstore.AgentState.from_obj(state))
+    assert [(n.sequence, n.id) for n in written] == [(8, nxt["id"])]
+    assert await store.frontier(g) == [nxt["id"]]
+    assert (await store.replay(g)).to_obj() == state
+
+
+async def test_warm_save_after_another_writer_moved_a_key(store: Any, db_dsn: str) -> None:
+    g = new_graph("save")
+    b = _session()
+    first = b.resource("report.md", {"content": "v1"})
+    await store.save(g, b.state())
+    b.answer("drafted")
+    await store.save(g, b.state())
+    theirs = node("resource", {"content": "their v2"}, [first["id"]], key="report.md")
+    await store.append(g, [theirs])
+    before = await snapshot(db_dsn, g)
+
+    # The state's own next version of the key links to the head it knows: the stored
+    # graph has moved on, so the state no longer extends it.
+    b.resource("report.md", {"content": "my v2"})
+    with pytest.raises(DivergedError) as info:
+        await store.save(g, b.state())
+    assert info.value.position == 7
+    assert await snapshot(db_dsn, g) == before
+
+
+async def test_warm_save_of_nodes_another_writer_already_wrote(store: Any, db_dsn: str) -> None:
+    g = new_graph("save")
+    b = await _warmed(store, g)
+    answer = b.answer("second")
+    await store.append(g, [answer])  # another writer stored the very same node
+
+    # Nothing is written by this save; the state's own frontier is declared.
+    state = b.state()
+    state["frontier"] = [state["nodes"][1]["id"], answer["id"]]
+    _, _, decls_before = await snapshot(db_dsn, g)
+    assert await store.save(g, state) == []
+    assert await store.frontier(g) == state["frontier"]
+    length, rows, decls_after = await snapshot(db_dsn, g)
+    assert (length, len(rows), decls_after) == (6, 6, decls_before + 1)
+    # And the next turn saves from there.
+    b.answer("third")
+    assert [n.sequence for n in await store.save(g, b.state())] == [7]

@@ -7,7 +7,7 @@ payload (the id no longer matches), odd Unicode (U+0000, astral, RTL, combining 
 lone surrogates), huge numbers (2**53+1, ``1e400`` as text), ``NaN`` tokens, nesting
 2,000 levels deep, 1 MB strings, duplicated or swapped nodes, odd timestamps, broken
 semantic payloads. Half the time the ids are recomputed afterwards
-(:func:`cwstore.testing.reseal`), so that only the mutated rule is broken and much of
+(:func:`support.documents.reseal`), so that only the mutated rule is broken and much of
 what is generated is valid.
 
 The property, for both clients: the input is either accepted, and then
@@ -471,7 +471,7 @@ def _mutate(data: st.DataObject, case: Case, nodes: list[Any]) -> None:
 
 
 def _reseal(doc: dict[str, Any], keep_order: set[int], done: list[str]) -> dict[str, str]:
-    """:func:`cwstore.testing.reseal`, tolerating what that helper cannot hash."""
+    """:func:`support.documents.reseal`, tolerating what that helper cannot hash."""
     try:
         renamed = reseal(doc, keep_parent_order=keep_order)
     except UnicodeEncodeError:

@@ -3,7 +3,7 @@
 Each test starts from a valid document (a generated multi-turn session, or the
 runtime's own example turn), breaks exactly one thing, and asserts that exactly the
 expected code is reported, at the right node index, with the right id and JSON path.
-Where a break changes a node's content hash, :func:`cwstore.testing.reseal` recomputes
+Where a break changes a node's content hash, :func:`support.documents.reseal` recomputes
 the ids (the broken node's and its descendants') and patches parents and frontier, so
 the identity safeguard stays quiet and only the intended code fires.
 

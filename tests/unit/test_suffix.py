@@ -1,0 +1,109 @@
+"""cwstore.suffix: reading a state for save, the prefix it is checked against, and the
+suffix check (pure, no server)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from support.documents import GraphBuilder
+
+from cwstore import AgentState, ValidationError, compute_id, validate
+from cwstore.suffix import SavedPrefix, SaveMemory, check_suffix, read_state
+
+
+def _state(extra: int = 0) -> dict[str, Any]:
+    b = GraphBuilder()
+    b.system("You are a test agent.")
+    b.goal("write the report")
+    b.resource("report.md", {"content": "v1"})
+    b.semantic("memory", "owner", "ada")
+    for i in range(extra):
+        b.inference(f"step {i}")
+    return b.state()
+
+
+def test_a_valid_suffix_passes_and_comes_back_as_runtime_objects() -> None:
+    state = _state(extra=2)
+    todo = read_state(state)
+    assert todo.ids == [n["id"] for n in state["nodes"]]
+    new = check_suffix(todo, SavedPrefix.of_state(todo, 4))
+    assert new == state["nodes"][4:]
+    model = read_state(AgentState.from_obj(state))
+    assert check_suffix(model, SavedPrefix.of_state(model, 4)) == state["nodes"][4:]
+
+
+def test_the_suffix_check_finds_what_validate_finds_past_the_prefix() -> None:
+    state = _state(extra=2)
+    bad = copy.deepcopy(state)
+    bad["nodes"][5]["payload"] = "tampered"
+    bad["nodes"][4]["sequence"] = 40
+    todo = read_state(bad)
+    with pytest.raises(ValidationError) as info:
+        check_suffix(todo, SavedPrefix.of_state(todo, 4))
+    assert sorted((v.code, v.index) for v in info.value.violations) == sorted(
+        (v.code, v.index) for v in validate(bad)
+    )
+    assert {(v.code, v.index) for v in info.value.violations} == {
+        ("sequence", 4),
+        ("identity", 5),
+    }
+
+
+def test_a_new_version_of_a_key_must_link_to_the_prefix_head() -> None:
+    b = GraphBuilder()
+    b.system("You are a test agent.")
+    first = b.resource("report.md", {"content": "v1"})
+    b.resource("report.md", {"content": "v2"})
+    state = b.state()
+    payload = {"content": "v3"}
+    branch = {
+        "id": compute_id("resource", [first["id"]], payload, "report.md"),
+        "kind": "resource",
+        "parents": [first["id"]],
+        "payload": payload,
+        "createdAt": first["createdAt"],
+        "resourceKey": "report.md",
+    }
+    todo = read_state({**state, "nodes": [*state["nodes"], {**branch, "sequence": 4}]})
+    with pytest.raises(ValidationError) as info:
+        check_suffix(todo, SavedPrefix.of_state(todo, 3))
+    assert [(v.code, v.index) for v in info.value.violations] == [("resource_chain", 3)]
+
+
+def test_a_state_whose_nodes_cannot_be_read_is_validated_in_full() -> None:
+    state = _state()
+    state["nodes"][1] = ["not", "a", "node"]
+    with pytest.raises(ValidationError) as info:
+        read_state(state)
+    assert ("shape", 1) in {(v.code, v.index) for v in info.value.violations}
+    with pytest.raises(ValidationError) as info:
+        read_state({"version": 2, "nodes": [], "frontier": []})
+    assert info.value.codes == ["version"]
+
+
+def test_a_prefix_is_extended_by_ids_or_by_the_same_immutable_nodes() -> None:
+    state = _state(extra=1)
+    model = AgentState.from_obj(state)
+    prefix = SavedPrefix.of_state(read_state(model), 4)
+    assert read_state(model).extends(prefix)
+    assert read_state(state).extends(prefix)  # other objects, same ids
+    changed = copy.deepcopy(state)
+    changed["nodes"][2]["id"] = "cw_" + "0" * 24
+    assert not read_state(changed).extends(prefix)
+    assert not read_state({**state, "nodes": state["nodes"][:3]}).extends(prefix)
+    longer = prefix.extended(state["nodes"][4:], list(model.nodes[4:]))
+    assert (longer.length, longer.ids) == (5, [n["id"] for n in state["nodes"]])
+    assert longer.holds(state["nodes"][4]["id"]) and not prefix.holds(state["nodes"][4]["id"])
+
+
+def test_the_memory_keeps_the_most_recently_saved_graphs() -> None:
+    todo = read_state(_state())
+    memory = SaveMemory(graphs=2)
+    for graph in ("a", "b", "c"):
+        memory.remember(graph, SavedPrefix.of_state(todo, 3))
+    assert memory.usable("a", todo, None) is None
+    assert memory.usable("b", todo, None) is not None
+    assert memory.usable("c", todo, 3) is not None
+    assert memory.usable("c", todo, 2) is None
