@@ -275,28 +275,40 @@ BEGIN
 END $$;
 
 -- ensure_graph_v1(graph, vocabulary) -> graph_id
---   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock.
+--   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock. The
+--   graph_id is cwstore.graph_key(graph); a name whose key another graph holds is
+--   refused (CW400 shape at $.graph), without naming that graph.
 CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  v_key bigint := cwstore.graph_key(p_graph);
   v_id bigint;
+  v_name text;
   v_tenant text;
 BEGIN
   IF p_graph IS NULL OR p_graph = '' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
                                'a graph name must be a non-empty string');
   END IF;
-  SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
+  SELECT graph_id, name, tenant INTO v_id, v_name, v_tenant
+    FROM cwstore.graphs WHERE graph_id = v_key;
   IF NOT FOUND THEN
     v_tenant := cwstore._new_graph_tenant();
     IF session_user <> current_user THEN
       PERFORM cwstore._check_writer(p_graph, v_tenant);
     END IF;
-    INSERT INTO cwstore.graphs (name, vocabulary, tenant) VALUES (p_graph, p_vocabulary, v_tenant)
-    ON CONFLICT (name) DO NOTHING RETURNING graph_id INTO v_id;
+    INSERT INTO cwstore.graphs (graph_id, name, vocabulary, tenant)
+    VALUES (v_key, p_graph, p_vocabulary, v_tenant)
+    ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id, name INTO v_id, v_name;
     IF v_id IS NULL THEN
-      SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
+      SELECT graph_id, name, tenant INTO v_id, v_name, v_tenant
+        FROM cwstore.graphs WHERE graph_id = v_key;
     END IF;
+  END IF;
+  IF v_name <> p_graph THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+      format('graph name %L cannot be used: another graph holds its key (cwstore.graph_key); choose another name',
+             p_graph));
   END IF;
   IF session_user <> current_user THEN
     PERFORM cwstore._check_writer(p_graph, v_tenant);
@@ -315,8 +327,8 @@ DECLARE
   v_id bigint;
   v_len bigint;
 BEGIN
-  PERFORM cwstore.ensure_graph_v1(p_graph, p_vocabulary);
-  SELECT graph_id, length INTO v_id, v_len FROM cwstore.graphs WHERE name = p_graph FOR UPDATE;
+  v_id := cwstore.ensure_graph_v1(p_graph, p_vocabulary);
+  SELECT length INTO v_len FROM cwstore.graphs WHERE graph_id = v_id FOR UPDATE;
   IF v_len > 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'CW412',
       MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
@@ -604,18 +616,21 @@ BEGIN
 
   -- The tenant check comes before the lock: a refused caller must not hold another
   -- tenant's counter row while it sits in its aborted transaction.
+  -- The graph's row is found by its key, cwstore.graph_key(name) (one shard on Citus).
+  v_graph_id := cwstore.graph_key(p_graph);
   IF session_user <> current_user THEN
     PERFORM cwstore._check_writer(p_graph, (SELECT g.tenant FROM cwstore.graphs g
-                                             WHERE g.name = p_graph));
+                                             WHERE g.graph_id = v_graph_id
+                                               AND g.name = p_graph));
   END IF;
 
   -- The counter row: lock it (create the graph on first use). Held until commit.
-  SELECT g.graph_id, g.length INTO v_graph_id, v_len
-    FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
+  SELECT g.length INTO v_len
+    FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM cwstore.ensure_graph_v1(p_graph);
-    SELECT g.graph_id, g.length INTO v_graph_id, v_len
-      FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+    SELECT g.length INTO v_len
+      FROM cwstore.graphs g WHERE g.graph_id = v_graph_id FOR UPDATE;
   END IF;
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
