@@ -51,7 +51,7 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import tuple_row
 
-from cwstore._sql import Migration, SchemaFile, migrations, schema
+from cwstore._sql import Migration, SchemaFile, migrations, schema, script
 from cwstore.errors import MigrationError
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "MigrationStatus",
     "apply_migrations",
     "apply_migrations_sync",
+    "distribute_sync",
     "plan",
     "status",
     "status_sync",
@@ -510,3 +511,28 @@ async def status(
     files = migrations() if files is None else files
     applied = await _read_applied(conn) or []
     return MigrationStatus(applied=applied, pending=plan(files, applied))
+
+
+def distribute_sync(conn: psycopg.Connection[Any]) -> None:
+    """Distribute a migrated schema on a Citus cluster (``cwstore init --citus``).
+
+    Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
+    keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
+    reference tables, the functions addressed by ``graph_id`` distributed by it (see
+    docs/scaling.md). Idempotent. Raises :class:`~cwstore.errors.MigrationError` when
+    the database has no citus extension or Citus refuses a step (nothing is changed).
+    """
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        raise _not_in_transaction()
+    try:
+        with conn.transaction():
+            conn.execute(script("citus.sql"), prepare=False)
+    except psycopg.Error as exc:
+        raise MigrationError(f"distributing the schema on Citus failed: {exc}") from exc
+
+
+def citus_installed_sync(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the database has the citus extension."""
+    with conn.transaction():
+        row = conn.execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'")
+        return row.fetchone() is not None

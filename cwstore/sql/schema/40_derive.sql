@@ -65,6 +65,9 @@ DECLARE
   v_los bigint[];
   v_his bigint[];
   v_cnts bigint[];
+  v_lo bigint;
+  v_hi bigint;
+  v_cnt bigint;
 BEGIN
   SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
     INTO v_rows, v_semantic, v_keyed FROM new_nodes;
@@ -194,23 +197,28 @@ BEGIN
   -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
   -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
   -- shard's worker, where a statement must name its graph to stay on the local shard.
+  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
+  -- a subscripted parameter in an UPDATE's SET list.)
   FOR i IN 1 .. cardinality(v_gids) LOOP
-    UPDATE cwstore.graphs g SET length = v_his[i]
-     WHERE g.graph_id = v_gids[i] AND v_los[i] = g.length + 1
-       AND v_his[i] = g.length + v_cnts[i];
+    v_gid := v_gids[i];
+    v_lo := v_los[i];
+    v_hi := v_his[i];
+    v_cnt := v_cnts[i];
+    UPDATE cwstore.graphs g SET length = v_hi
+     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
     IF NOT FOUND THEN
-      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gids[i];
+      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
       IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', v_gids[i]),
-          DETAIL = jsonb_build_object('graph_id', v_gids[i])::text;
+          MESSAGE = format('graph id %s does not exist', v_gid),
+          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
       END IF;
-      PERFORM cwstore._violation('sequence', v_gids[i], v_los[i], NULL, '$.sequence',
+      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
         format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + v_cnts[i], v_los[i], v_his[i]));
+               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
     END IF;
     IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
-      PERFORM pg_notify('cwstore', v_gids[i] || ':' || v_his[i]);
+      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
     END IF;
   END LOOP;
   RETURN NULL;
@@ -240,6 +248,9 @@ DECLARE
   v_los bigint[];
   v_his bigint[];
   v_cnts bigint[];
+  v_lo bigint;
+  v_hi bigint;
+  v_cnt bigint;
 BEGIN
   SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
     INTO v_rows, v_semantic, v_keyed FROM new_nodes;
@@ -407,23 +418,28 @@ BEGIN
   -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
   -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
   -- shard's worker, where a statement must name its graph to stay on the local shard.
+  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
+  -- a subscripted parameter in an UPDATE's SET list.)
   FOR i IN 1 .. cardinality(v_gids) LOOP
-    UPDATE cwstore.graphs g SET length = v_his[i]
-     WHERE g.graph_id = v_gids[i] AND v_los[i] = g.length + 1
-       AND v_his[i] = g.length + v_cnts[i];
+    v_gid := v_gids[i];
+    v_lo := v_los[i];
+    v_hi := v_his[i];
+    v_cnt := v_cnts[i];
+    UPDATE cwstore.graphs g SET length = v_hi
+     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
     IF NOT FOUND THEN
-      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gids[i];
+      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
       IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', v_gids[i]),
-          DETAIL = jsonb_build_object('graph_id', v_gids[i])::text;
+          MESSAGE = format('graph id %s does not exist', v_gid),
+          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
       END IF;
-      PERFORM cwstore._violation('sequence', v_gids[i], v_los[i], NULL, '$.sequence',
+      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
         format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + v_cnts[i], v_los[i], v_his[i]));
+               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
     END IF;
     IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
-      PERFORM pg_notify('cwstore', v_gids[i] || ':' || v_his[i]);
+      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
     END IF;
   END LOOP;
   RETURN NULL;
