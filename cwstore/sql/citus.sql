@@ -80,3 +80,17 @@ BEGIN
   END LOOP;
 END
 $citus$;
+
+-- append_v1 plans its statements generically on one server (force_generic_plan); Citus
+-- cannot plan its INSERT ... SELECT with parameters generically, so here it plans
+-- them with the call's values.
+ALTER FUNCTION cwstore.append_v1(text, json, bigint, json) SET plan_cache_mode = auto;
+
+-- The private read functions that the public ones call inside a query over a table
+-- keyed by graph: Citus sends that query to the graph's shard on its worker, and the
+-- call runs there, reading the same graph's rows (on the same worker). Citus refuses
+-- such a nested read unless told it is one: each reads one graph only, by graph_id.
+ALTER FUNCTION cwstore._frontier_at(bigint, bigint)
+  SET citus.allow_nested_distributed_execution = on;
+ALTER FUNCTION cwstore._heads_at(bigint, bigint, boolean)
+  SET citus.allow_nested_distributed_execution = on;
