@@ -638,20 +638,24 @@ BEGIN
   -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
   -- may hold an xid older than the one that wrote the previous node), so it is the
   -- greater of this transaction's and the graph's last node's.
+  -- The rows come joined to the graph's counter row: on Citus that makes the statement
+  -- one INSERT ... SELECT on the graph's worker (not rows copied through the
+  -- coordinator, which loses the SQLSTATE of the triggers' refusals).
   INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
                              created_at_text, resource_key, xid)
-  SELECT v_graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
+  SELECT g.graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
          ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
          v_payloads[b.o], v_created[b.o], v_keys[b.o],
          greatest(pg_current_xact_id()::text::bigint,
                   (SELECT l.xid FROM cwstore.nodes l
                     WHERE l.graph_id = v_graph_id AND l.seq = v_len))
-    FROM (SELECT DISTINCT ON (u.id) u.id, u.o
-            FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-           ORDER BY u.id, u.o) b
+    FROM cwstore.graphs g
+   CROSS JOIN (SELECT DISTINCT ON (u.id) u.id, u.o
+                 FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+                ORDER BY u.id, u.o) b
     LEFT JOIN LATERAL (SELECT true AS held FROM cwstore.nodes n
                         WHERE n.graph_id = v_graph_id AND n.id = b.id LIMIT 1) x ON true
-   WHERE x.held IS NULL
+   WHERE g.graph_id = v_graph_id AND x.held IS NULL
    ORDER BY b.o;
   GET DIAGNOSTICS v_new = ROW_COUNT;
 
