@@ -775,6 +775,96 @@ BEGIN
    ORDER BY u.o;
 END $$;
 
+CREATE OR REPLACE FUNCTION cwstore.import_rows_v1(p_graph_id bigint, p_seqs bigint[], p_ids text[],
+                                       p_kinds text[], p_parents text[], p_payloads text[],
+                                       p_created text[], p_keys text[])
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_len bigint;
+  v_xid bigint;
+  v_n bigint;
+  v_all json;
+  v_hidden boolean;
+  v_bad integer;
+  v_problem text;
+BEGIN
+  v_len := cwstore._writable_graph(p_graph_id);
+  v_xid := pg_current_xact_id()::text::bigint;
+  IF v_len > 0 AND (SELECT n.xid FROM cwstore.nodes n
+                     WHERE n.graph_id = p_graph_id AND n.seq = 1) <> v_xid THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW412',
+      MESSAGE = format('graph id %s already held nodes before this transaction; import_rows_v1 continues an import that begin_import_v1 started in this transaction',
+                       p_graph_id),
+      DETAIL = jsonb_build_object('graph_id', p_graph_id, 'length', v_len)::text;
+  END IF;
+  IF cardinality(p_seqs) IS DISTINCT FROM cardinality(p_payloads)
+     OR cardinality(p_ids) IS DISTINCT FROM cardinality(p_payloads)
+     OR cardinality(p_kinds) IS DISTINCT FROM cardinality(p_payloads)
+     OR cardinality(p_parents) IS DISTINCT FROM cardinality(p_payloads)
+     OR cardinality(p_created) IS DISTINCT FROM cardinality(p_payloads)
+     OR cardinality(p_keys) IS DISTINCT FROM cardinality(p_payloads) THEN
+    PERFORM cwstore._violation('shape', p_graph_id, NULL, NULL, '$',
+                               'import_rows_v1 takes arrays of one length, one element per node');
+  END IF;
+  -- Every payload is one JSON value: parsed together as one array, whose elements must
+  -- be the payloads' texts exactly (text pasted into a payload shows as an extra or a
+  -- different element).
+  v_bad := array_position(p_payloads, NULL);
+  IF v_bad IS NULL THEN
+    BEGIN
+      v_all := ('[' || array_to_string(p_payloads, ',') || ']')::json;
+      v_hidden := strpos(v_all::text, '\u0000') > 0;
+      IF v_hidden THEN
+        v_all := cwstore._nul_hide(v_all::text)::json;
+      END IF;
+      SELECT min(coalesce(p.o, e.o)) INTO v_bad
+        FROM json_array_elements(v_all) WITH ORDINALITY AS e(v, o)
+        FULL JOIN unnest(p_payloads) WITH ORDINALITY AS p(t, o) ON p.o = e.o
+       WHERE e.o IS NULL OR p.o IS NULL
+          OR (CASE WHEN v_hidden THEN cwstore._nul_show(e.v::text) ELSE e.v::text END) <> p.t;
+    EXCEPTION WHEN invalid_text_representation THEN
+      v_bad := 0;
+    END;
+    IF v_bad = 0 THEN
+      FOR v_n IN 1 .. cardinality(p_payloads) LOOP
+        BEGIN
+          PERFORM cwstore._nul_hide(p_payloads[v_n])::json;
+        EXCEPTION WHEN invalid_text_representation THEN
+          v_bad := v_n;
+          EXIT;
+        END;
+      END LOOP;
+    END IF;
+  END IF;
+  IF v_bad IS NOT NULL THEN
+    v_bad := least(v_bad, cardinality(p_payloads));
+    PERFORM cwstore._violation('shape', p_graph_id, p_seqs[v_bad], p_ids[v_bad],
+                               format('$[%s].payload', v_bad - 1),
+                               'payload must be exactly one JSON value');
+  END IF;
+  SELECT x.o, x.problem INTO v_bad, v_problem
+    FROM (SELECT r.o, cwstore._node_problem(r.kind, r.payload, r.created, r.key) AS problem
+            FROM unnest(p_kinds, p_payloads, p_created, p_keys)
+                 WITH ORDINALITY AS r(kind, payload, created, key, o)
+          OFFSET 0) x  -- a fence: each node's problem is computed once
+   WHERE x.problem IS NOT NULL
+   ORDER BY x.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._node_violation(v_problem, p_graph_id, p_seqs[v_bad], p_ids[v_bad], v_bad - 1);
+  END IF;
+  -- As in append_v1: within a graph the feed's xid never goes back; the rows come
+  -- joined to the graph's counter row (one statement on the graph's worker on Citus).
+  INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text, created_at_text,
+                             resource_key, xid)
+  SELECT g.graph_id, r.seq, r.id, r.kind, r.parents::text[], r.payload, r.created, r.key, v_xid
+    FROM cwstore.graphs g
+   CROSS JOIN unnest(p_seqs, p_ids, p_kinds, p_parents, p_payloads, p_created, p_keys)
+         AS r(seq, id, kind, parents, payload, created, key)
+   WHERE g.graph_id = p_graph_id;
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END $$;
+
 -- 70_read_api
 
 CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
