@@ -161,3 +161,14 @@ def test_an_append_is_single_shard_statements_without_two_phase_commit(db_dsn: s
     assert row is not None and row[0] > 0 and row[1] == 0, row
     assert before == after
     assert length == (4,)
+
+
+def test_the_all_graphs_feed_is_refused_on_citus(db_dsn: str) -> None:
+    """tail_all's xid cursor is per node on a cluster: refused, saying why, not served
+    with nodes skipped or repeated."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, f"feed-{uuid.uuid4().hex}", _chain(2))
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+            conn.execute("SELECT * FROM cwstore.tail_all_v1(0, 0, 0, 10)")
+    assert "not available on Citus" in str(err.value)
+    assert "tail" in (err.value.diag.message_hint or "")

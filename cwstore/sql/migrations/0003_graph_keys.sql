@@ -10,7 +10,8 @@
 -- cannot be planned by Citus on a shard; they now read it into arrays first.
 --
 -- The definitions below are those of cwstore/sql/schema/ (10_helpers, 20_tables,
--- 40_derive, 60_write_api, 70_read_api), where they are documented.
+-- 40_derive, 60_write_api, 70_read_api, 80_listeners), where they are documented. On
+-- Citus, tail_all_v1 now refuses (0A000): its xid cursor is per node there.
 --
 -- Safe with live writers: no. Every row of every table keyed by graph is rewritten
 -- with its graph's new graph_id (the tables' own triggers are off for it), under the
@@ -882,3 +883,45 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore._graph(text) IS
   'Private: resolve a graph name to (graph_id, length); CW404 if unknown.';
+
+-- 80_listeners
+
+CREATE OR REPLACE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
+               parents text[], payload_text text, created_at_text text, resource_key text)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_horizon bigint;
+  v_spread boolean := false;
+BEGIN
+  IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+    EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition'
+            ' WHERE logicalrelid = ''cwstore.nodes''::regclass)' INTO v_spread;
+  END IF;
+  IF v_spread THEN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+      MESSAGE = 'the all-graphs feed (tail_all) is not available on Citus: transaction ids are per node, so its cursor could skip or repeat nodes across workers',
+      HINT = 'Follow each graph with tail (its sequence is exact on any node); see docs/scaling.md';
+  END IF;
+  v_horizon := cwstore.feed_horizon();
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    v_horizon := least(v_horizon,
+      pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint);
+  END IF;
+  RETURN QUERY
+  SELECT x.xid, x.graph_id, x.name, x.seq, x.id, x.kind, x.parents, x.payload_text,
+         x.created_at_text, x.resource_key
+    FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.xid, l.graph_id, l.seq)
+                      - octet_length(l.payload_text) AS before
+            FROM (SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents,
+                         n.payload_text, n.created_at_text, n.resource_key
+                    FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+                   WHERE n.xid >= p_xid
+                     AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
+                     AND n.xid < v_horizon
+                   ORDER BY n.xid, n.graph_id, n.seq
+                   LIMIT p_limit) l) x
+   WHERE p_max_bytes IS NULL OR x.before = 0 OR x.before < p_max_bytes
+   ORDER BY x.xid, x.graph_id, x.seq;
+END $$;
