@@ -144,8 +144,10 @@ def test_an_append_is_single_shard_statements_without_two_phase_commit(db_dsn: s
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         _append(conn, graph, nodes[:1])
         conn.execute("SET citus.enable_stat_counters = on")
-        conn.execute("SELECT citus_stat_counters_reset(oid) FROM pg_database"
-                     " WHERE datname = current_database()")
+        conn.execute(
+            "SELECT citus_stat_counters_reset(oid) FROM pg_database"
+            " WHERE datname = current_database()"
+        )
         before = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
         _append(conn, graph, nodes[1:])
         _append(conn, graph, nodes[1:])  # an idempotent retry: same routing
