@@ -10,7 +10,8 @@
 -- cannot be planned by Citus on a shard; they now read it into arrays first.
 --
 -- The definitions below are those of cwstore/sql/schema/ (10_helpers, 20_tables,
--- 40_derive, 60_write_api, 70_read_api, 80_listeners), where they are documented. On
+-- 40_derive, 50_tenancy, 60_write_api, 70_read_api, 80_listeners), where they are
+-- documented. On
 -- Citus, tail_all_v1 now refuses (0A000): its xid cursor is per node there.
 --
 -- Safe with live writers: no. Every row of every table keyed by graph is rewritten
@@ -474,6 +475,18 @@ BEGIN
 END
 $body$;
 
+-- 50_tenancy
+
+CREATE OR REPLACE FUNCTION cwstore.tenants_of(p_role name) RETURNS SETOF text
+LANGUAGE plpgsql STABLE ROWS 2 AS $$
+BEGIN
+  RETURN QUERY
+  SELECT DISTINCT m.tenant
+    FROM cwstore.tenant_members m
+    JOIN pg_catalog.pg_roles r ON r.rolname = m.member
+   WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER');
+END $$;
+
 -- 60_write_api
 
 CREATE OR REPLACE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
@@ -546,6 +559,7 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_graph_id bigint;
+  v_tenant text;
   v_len bigint;
   v_new bigint;
   v_bad bigint;
@@ -679,10 +693,13 @@ BEGIN
   -- tenant's counter row while it sits in its aborted transaction.
   -- The graph's row is found by its key, cwstore.graph_key(name) (one shard on Citus).
   v_graph_id := cwstore.graph_key(p_graph);
+  -- The tenant is read first, on its own: a statement that both reads a distributed
+  -- table and calls the check would run the check on the worker, where session_user
+  -- is not the caller (Citus).
   IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, (SELECT g.tenant FROM cwstore.graphs g
-                                             WHERE g.graph_id = v_graph_id
-                                               AND g.name = p_graph));
+    SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
+     WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
   END IF;
 
   -- The counter row: lock it (create the graph on first use). Held until commit.

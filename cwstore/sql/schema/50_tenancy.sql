@@ -34,13 +34,17 @@ $$;
 COMMENT ON FUNCTION cwstore.sees_all(name) IS
   'Whether a role reads and writes every graph: a superuser, a BYPASSRLS role, or a member of the owner of schema cwstore.';
 
+-- plpgsql, not sql: on Citus tenant_members is a reference table, and Citus cannot plan
+-- a parameterized SQL-function query over it.
 CREATE FUNCTION cwstore.tenants_of(p_role name) RETURNS SETOF text
-LANGUAGE sql STABLE ROWS 2 AS $$
+LANGUAGE plpgsql STABLE ROWS 2 AS $$
+BEGIN
+  RETURN QUERY
   SELECT DISTINCT m.tenant
     FROM cwstore.tenant_members m
     JOIN pg_catalog.pg_roles r ON r.rolname = m.member
-   WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER')
-$$;
+   WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER');
+END $$;
 COMMENT ON FUNCTION cwstore.tenants_of(name) IS
   'The tenants a role belongs to: those listed in tenant_members for it or for any role it is a member of (directly or not).';
 

@@ -488,6 +488,7 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_graph_id bigint;
+  v_tenant text;
   v_len bigint;
   v_new bigint;
   v_bad bigint;
@@ -621,10 +622,13 @@ BEGIN
   -- tenant's counter row while it sits in its aborted transaction.
   -- The graph's row is found by its key, cwstore.graph_key(name) (one shard on Citus).
   v_graph_id := cwstore.graph_key(p_graph);
+  -- The tenant is read first, on its own: a statement that both reads a distributed
+  -- table and calls the check would run the check on the worker, where session_user
+  -- is not the caller (Citus).
   IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, (SELECT g.tenant FROM cwstore.graphs g
-                                             WHERE g.graph_id = v_graph_id
-                                               AND g.name = p_graph));
+    SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
+     WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
   END IF;
 
   -- The counter row: lock it (create the graph on first use). Held until commit.
