@@ -487,6 +487,13 @@ BEGIN
    WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER');
 END $$;
 
+CREATE OR REPLACE FUNCTION cwstore.remove_tenant_member(p_tenant text, p_role name) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role;
+  RETURN FOUND;
+END $$;
+
 -- 60_write_api
 
 CREATE OR REPLACE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)

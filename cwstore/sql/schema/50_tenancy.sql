@@ -97,12 +97,14 @@ END $$;
 COMMENT ON FUNCTION cwstore.add_tenant_member(text, name) IS
   'Let a role (and every member of it) read and write the graphs of a tenant. Needs INSERT on tenant_members: the owner''s.';
 
+-- plpgsql, as tenants_of: Citus cannot plan a SQL function's parameterized DELETE on
+-- the reference table tenant_members.
 CREATE FUNCTION cwstore.remove_tenant_member(p_tenant text, p_role name) RETURNS boolean
-LANGUAGE sql AS $$
-  WITH d AS (DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role
-             RETURNING 1)
-  SELECT EXISTS (SELECT 1 FROM d)
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role;
+  RETURN FOUND;
+END $$;
 COMMENT ON FUNCTION cwstore.remove_tenant_member(text, name) IS
   'Undo add_tenant_member; true if the role was listed. Its sessions lose access at their next statement.';
 
