@@ -8,11 +8,14 @@
 --     heads, counts, declarations) sit in one shard group, on one worker;
 --   * the small shared tables (tenant_members, listeners, schema_migrations) are
 --     reference tables, a copy on every node;
---   * the write and read functions addressed by graph_id are distributed by it, so a
---     call of one of them alone in its statement runs on the worker that holds the
---     graph. The functions addressed by name run on the coordinator, and each of their
---     statements names the graph's key, so it goes to that one worker: one worker
---     connection per call, committed there in one phase.
+--   * the write and read functions run on the coordinator, and each of their
+--     statements names the graph's key, so it goes to the one worker that holds the
+--     graph: one worker connection per call, committed there in one phase. They are not
+--     delegated whole to the worker (create_distributed_function): Citus delegates only
+--     by an argument of the distribution column's type (most take the graph's name, a
+--     text), and the two that take graph_id, delegated, reported errors with the
+--     worker's address in them (so another tenant's graph and a missing one differed)
+--     and did not wait for an uncommitted append's lock in tests/contract.
 --
 -- What Citus cannot do and what replaces it:
 --   * row-level security policies with sub-selects: the policies of 50_tenancy.sql are
@@ -33,7 +36,6 @@ SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 DO $citus$
 DECLARE
   t text;
-  f text;
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
     RAISE EXCEPTION USING ERRCODE = '0A000',
@@ -65,17 +67,6 @@ BEGIN
       PERFORM create_distributed_table(format('cwstore.%I', t), 'graph_id',
                                        colocate_with => CASE WHEN t = 'graphs' THEN 'default'
                                                              ELSE 'cwstore.graphs' END);
-    END IF;
-  END LOOP;
-
-  FOREACH f IN ARRAY ARRAY[
-      'cwstore.import_rows_v1(bigint, bigint[], text[], text[], text[], text[], text[], text[])',
-      'cwstore.declare_frontier_v1(bigint, text[])'] LOOP
-    IF NOT EXISTS (SELECT 1 FROM pg_dist_object o
-                    WHERE o.classid = 'pg_proc'::regclass AND o.objid = f::regprocedure
-                      AND o.distribution_argument_index IS NOT NULL) THEN
-      PERFORM create_distributed_function(f::regprocedure, 'p_graph_id',
-                                         colocate_with => 'cwstore.graphs');
     END IF;
   END LOOP;
 END
