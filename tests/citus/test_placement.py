@@ -174,3 +174,29 @@ def test_the_all_graphs_feed_is_refused_on_citus(db_dsn: str) -> None:
             conn.execute("SELECT * FROM cwstore.tail_all_v1(0, 0, 0, 10)")
     assert "not available on Citus" in str(err.value)
     assert "tail" in (err.value.diag.message_hint or "")
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        "UPDATE cwstore.nodes SET kind = 'goal'",
+        "DELETE FROM cwstore.edges",
+        "TRUNCATE cwstore.nodes",
+        "INSERT INTO cwstore.kind_counts VALUES (cwstore.graph_key('x'), 'goal', 5, 1)",
+    ],
+)
+def test_history_stays_append_only_on_the_shards(db_dsn: str, stmt: str) -> None:
+    """The guard triggers fire on the workers' shards: direct writes are refused (CW403),
+    even by the owner, and nothing changes."""
+    graph = f"ao-{uuid.uuid4().hex}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, graph, _chain(3))
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(stmt)
+        assert err.value.sqlstate == "CW403"
+        n = conn.execute(
+            "SELECT count(*) FROM cwstore.nodes WHERE graph_id = cwstore.graph_key(%s)"
+            " AND kind = 'goal'",
+            (graph,),
+        ).fetchone()
+    assert n == (1,)
