@@ -518,8 +518,9 @@ def distribute_sync(conn: psycopg.Connection[Any]) -> None:
 
     Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
     keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
-    reference tables (see docs/scaling.md). Idempotent. Raises :class:`~cwstore.errors.MigrationError` when
-    the database has no citus extension or Citus refuses a step (nothing is changed).
+    reference tables (see docs/scaling.md). Idempotent. Raises
+    :class:`~cwstore.errors.MigrationError` when the database has no citus extension
+    or Citus refuses a step (nothing is changed).
     """
     if conn.info.transaction_status != pq.TransactionStatus.IDLE:
         raise _not_in_transaction()
