@@ -1,6 +1,6 @@
 """cwstore benchmarks: one command, one table of ratios measured side by side in one run.
 
-    python benchmarks/run.py [--quick] [--dsn DSN] [--write-results]
+    python benchmarks/run.py [--quick] [--dsn DSN] [--citus-dsn DSN] [--write-results]
 
 Without ``--dsn`` an embedded PostgreSQL 18 (``cwstore.server``) is started in a
 temporary home with the server's default durability settings (fsync on) and removed at
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import traceback
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -536,6 +537,55 @@ FOLD_SQL = (
 )
 
 
+async def bench_citus(
+    single: cwstore.AsyncStore, citus_dsn: str, sizes: Sizes, log: Callable[[str], None]
+) -> list[Row]:
+    """Appends on separate graphs (one writer each) through the coordinator of a Citus
+    cluster, beside the same load on the single server, in alternating rounds. On one
+    machine the cluster's nodes share its cores: this shows the cost of routing through
+    the coordinator, not the speed-up of more machines."""
+    import psycopg
+
+    from cwstore.migrate import apply_migrations_sync, distribute_sync
+
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        apply_migrations_sync(conn)
+        distribute_sync(conn)
+        workers = conn.execute("SELECT count(*) FROM pg_dist_node WHERE groupid <> 0").fetchone()
+    cluster = await cwstore.connect(citus_dsn, min_size=2, max_size=16, migrate_schema=False)
+    rows: list[Row] = []
+    tag = uuid.uuid4().hex[:8]
+    try:
+        for writers in (4, 16):
+            single_run, citus_run = Run(0, 0.0, []), Run(0, 0.0, [])
+            half = sizes.append_seconds / 2
+            for rnd in range(2):
+                log(f"7 Citus: {writers} writers, round {rnd + 1}")
+                names = [f"citus-{tag}-{writers}-r{rnd}-w{w}" for w in range(writers)]
+                single_run = single_run + await drive(
+                    [cw_writer(single, n, w, 1) for w, n in enumerate(names)],
+                    half,
+                    sizes.warmup_seconds,
+                )
+                citus_run = citus_run + await drive(
+                    [cw_writer(cluster, n, w, 1) for w, n in enumerate(names)],
+                    half,
+                    sizes.warmup_seconds,
+                )
+            rows.append(
+                Row(
+                    f"7 Append on Citus (1+{workers[0] if workers else '?'}, one machine),"
+                    f" separate graphs, {writers} writers",
+                    citus_run.text(),
+                    "one server: " + single_run.text(),
+                    f"{citus_run.rate / single_run.rate:.2f} of one server",
+                )
+            )
+    finally:
+        await cluster.close()
+    return rows
+
+
 async def python_fold(conn: asyncpg.Connection, graph_id: int, seq: int) -> dict[str, Any]:
     """The projection the straightforward way: read the prefix, fold it in Python.
 
@@ -1008,7 +1058,12 @@ async def bench_save(
 
 
 async def run(
-    admin: str, server: str, sizes: Sizes, log: Callable[[str], None], only: str | None = None
+    admin: str,
+    server: str,
+    sizes: Sizes,
+    log: Callable[[str], None],
+    only: str | None = None,
+    citus_dsn: str | None = None,
 ) -> tuple[list[Row], dict[str, str]]:
     tag = f"cwbench_{os.getpid()}"
     main_dsn = await create_database(admin, tag)
@@ -1032,6 +1087,11 @@ async def run(
         else:
             try:
                 rows += await store_sections(main_dsn, store, doc, sizes, log, only)
+                if citus_dsn and only is None:
+                    try:
+                        rows += await bench_citus(store, citus_dsn, sizes, log)
+                    except Exception as exc:
+                        rows += error_rows("7 Citus", exc)
             finally:
                 await store.close()
         del doc
@@ -1096,6 +1156,12 @@ def main(argv: list[str] | None = None) -> int:
         "are created and dropped); default: embedded server",
     )
     parser.add_argument("--only", choices=["save"], help="run only this section (row 6: save)")
+    parser.add_argument(
+        "--citus-dsn",
+        help="also: appends through this Citus coordinator (a database with citus on "
+        "every node, e.g. from ci/citus/cluster.sh createdb) beside the same load on "
+        "the single server",
+    )
     parser.add_argument("--write-results", action="store_true", help="write benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -1107,11 +1173,13 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[dim]{time.perf_counter() - began:6.1f}s[/] {msg}")
 
     if args.dsn:
-        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log, args.only))
+        rows, facts = asyncio.run(run(args.dsn, "--dsn", sizes, log, args.only, args.citus_dsn))
     else:
         log("starting an embedded PostgreSQL (default durability settings)")
         with embedded_server() as admin:
-            rows, facts = asyncio.run(run(admin, "embedded, cwstore.server", sizes, log, args.only))
+            rows, facts = asyncio.run(
+                run(admin, "embedded, cwstore.server", sizes, log, args.only, args.citus_dsn)
+            )
     total = time.perf_counter() - began
     facts["Run"] = (
         f"{'--quick' if args.quick else 'full'}, {total:.0f} s in total, "

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ._migration_plan import (
     _BOOTSTRAP,
+    _CITUS_INSTALLED,
     _LOCK,
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
@@ -31,7 +32,7 @@ from ._migration_plan import (
     _timeout_setting,
     plan,
 )
-from ._sql import Migration, SchemaFile, migrations
+from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.asyncpg import (
     ERRORS,
     AsyncpgConnection,
@@ -42,7 +43,7 @@ from .drivers.asyncpg import (
 )
 from .errors import MigrationError
 
-__all__ = ["apply_migrations", "migrate_dsn", "status"]
+__all__ = ["apply_migrations", "citus_installed", "distribute", "migrate_dsn", "status"]
 
 
 async def _read_applied(conn: AsyncpgConnection) -> list[AppliedMigration] | None:
@@ -206,3 +207,29 @@ async def migrate_dsn(dsn: str) -> list[int]:
         raise wrap(exc) from exc
     finally:
         await conn.close()
+
+
+async def distribute(conn: RawConnection) -> None:
+    """Distribute a migrated schema on a Citus cluster (``cwstore init --citus``).
+
+    Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
+    keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
+    reference tables (docs/scaling.md). Idempotent. Raises :class:`MigrationError` when
+    the connection is inside a transaction, the database has no citus extension, or
+    Citus refuses a step (nothing is changed; ``__cause__`` is the driver's error).
+    """
+    c = AsyncpgConnection(conn)
+    if c.in_transaction():
+        raise _not_in_transaction()
+    try:
+        async with c.transaction():
+            await c.execute_script(script("citus.sql"))
+    except DriverError as exc:
+        raise MigrationError(f"distributing the schema on Citus failed: {exc}") from exc
+
+
+async def citus_installed(conn: RawConnection) -> bool:
+    """Whether the database has the citus extension; reads only."""
+    c = AsyncpgConnection(conn)
+    async with c.transaction():
+        return bool(await c.fetchval(_CITUS_INSTALLED))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ._migration_plan import (
     _BOOTSTRAP,
+    _CITUS_INSTALLED,
     _LOCK,
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
@@ -34,7 +35,7 @@ from ._migration_plan import (
     _timeout_setting,
     plan,
 )
-from ._sql import Migration, SchemaFile, migrations
+from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.psycopg import (
     ERRORS,
     DriverError,
@@ -45,7 +46,13 @@ from .drivers.psycopg import (
 )
 from .errors import MigrationError
 
-__all__ = ["apply_migrations_sync", "migrate_dsn_sync", "status_sync"]
+__all__ = [
+    "apply_migrations_sync",
+    "citus_installed_sync",
+    "distribute_sync",
+    "migrate_dsn_sync",
+    "status_sync",
+]
 
 
 def _read_applied(conn: PsycopgConnection) -> list[AppliedMigration] | None:
@@ -209,3 +216,29 @@ def migrate_dsn_sync(dsn: str) -> list[int]:
         raise wrap(exc) from exc
     finally:
         conn.close()
+
+
+def distribute_sync(conn: RawConnection) -> None:
+    """Distribute a migrated schema on a Citus cluster (``cwstore init --citus``).
+
+    Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
+    keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
+    reference tables (docs/scaling.md). Idempotent. Raises :class:`MigrationError` when
+    the connection is inside a transaction, the database has no citus extension, or
+    Citus refuses a step (nothing is changed; ``__cause__`` is the driver's error).
+    """
+    c = PsycopgConnection(conn)
+    if c.in_transaction():
+        raise _not_in_transaction()
+    try:
+        with c.transaction():
+            c.execute_script(script("citus.sql"))
+    except DriverError as exc:
+        raise MigrationError(f"distributing the schema on Citus failed: {exc}") from exc
+
+
+def citus_installed_sync(conn: RawConnection) -> bool:
+    """Whether the database has the citus extension; reads only."""
+    c = PsycopgConnection(conn)
+    with c.transaction():
+        return bool(c.fetchval(_CITUS_INSTALLED))

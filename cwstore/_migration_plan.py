@@ -21,6 +21,9 @@ __all__ = [
 DEFAULT_LOCK_TIMEOUT: Final = 60.0
 """Seconds a migrating transaction waits for any lock before it gives up."""
 
+_CITUS_INSTALLED: Final = (
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')"
+)
 _TABLE_EXISTS: Final = "SELECT to_regclass('cwstore.schema_migrations') IS NOT NULL"
 _BOOTSTRAP: Final = """
 CREATE SCHEMA IF NOT EXISTS cwstore;

@@ -43,8 +43,14 @@ what reads and records the files there, so it has to exist before any of them ha
 
 from __future__ import annotations
 
-from ._migrate_async import apply_migrations, migrate_dsn, status
-from ._migrate_sync import apply_migrations_sync, migrate_dsn_sync, status_sync
+from ._migrate_async import apply_migrations, citus_installed, distribute, migrate_dsn, status
+from ._migrate_sync import (
+    apply_migrations_sync,
+    citus_installed_sync,
+    distribute_sync,
+    migrate_dsn_sync,
+    status_sync,
+)
 from ._migration_plan import DEFAULT_LOCK_TIMEOUT, AppliedMigration, MigrationStatus, plan
 
 __all__ = [
@@ -53,6 +59,10 @@ __all__ = [
     "MigrationStatus",
     "apply_migrations",
     "apply_migrations_sync",
+    "citus_installed",
+    "citus_installed_sync",
+    "distribute",
+    "distribute_sync",
     "migrate_dsn",
     "migrate_dsn_sync",
     "plan",

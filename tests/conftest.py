@@ -11,6 +11,12 @@ needs no server. Where the server comes from, first match wins:
 
 With ``CI=true`` a missing server fails the run instead of skipping.
 
+Citus: with ``CWSTORE_TEST_CITUS_DSN`` (the coordinator DSN of a database with the citus
+extension and its workers added, e.g. what ``ci/citus/cluster.sh createdb NAME`` prints),
+the modules of ``tests/contract`` and ``tests/citus`` get a database of their own on the
+cluster instead: created on every node, citus in it, the workers added, migrated and
+distributed (``cwstore init --citus``), dropped on every node after the module.
+
 Databases: a template ``cwstore_tpl_<random>`` is created and migrated once per session;
 ``db_dsn`` clones it per test module (``CREATE DATABASE t_<uuid> TEMPLATE ...``) and
 drops the clone ``WITH (FORCE)`` after the module. Cloning, not wiping, because the
@@ -161,9 +167,67 @@ def template_db(pg_admin_dsn: str) -> Iterator[str]:
         _drop_database(pg_admin_dsn, name)
 
 
+_CITUS_DIRS: tuple[str, ...] = ("contract", "citus")
+
+
+def _citus_nodes(coordinator_dsn: str) -> list[str]:
+    """Admin DSNs (database ``postgres``) of the coordinator and every worker."""
+    with psycopg.connect(coordinator_dsn, autocommit=True) as conn:
+        workers = conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node"
+            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
+        ).fetchall()
+    params: dict[str, Any] = conninfo_to_dict(coordinator_dsn)
+    nodes = [dsn_for(coordinator_dsn, "postgres")]
+    for host, port in workers:
+        nodes.append(dsn_for(make_conninfo(**{**params, "host": host, "port": port}), "postgres"))
+    return nodes
+
+
+@contextlib.contextmanager
+def citus_database(coordinator_dsn: str) -> Iterator[str]:
+    """A new database on every node of the cluster of ``coordinator_dsn``, with citus,
+    its workers added, migrated and distributed; dropped on every node afterwards."""
+    from cwstore.migrate import distribute_sync
+
+    nodes = _citus_nodes(coordinator_dsn)
+    coord = conninfo_to_dict(coordinator_dsn)
+    name = f"c_{uuid.uuid4().hex}"
+    try:
+        for node in nodes:
+            _create_database(node, name)
+            with psycopg.connect(dsn_for(node, name), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION citus")
+        dsn = dsn_for(coordinator_dsn, name)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT citus_set_coordinator_host(%s, %s)",
+                (str(coord.get("host") or "127.0.0.1"), int(coord.get("port") or 5432)),
+            )
+            for node in nodes[1:]:
+                params = conninfo_to_dict(node)
+                conn.execute(
+                    "SELECT citus_add_node(%s, %s)", (str(params["host"]), int(str(params["port"])))
+                )
+            apply_migrations_sync(conn)
+            distribute_sync(conn)
+        yield dsn
+    finally:
+        for node in nodes:
+            _drop_database(node, name)
+
+
 @pytest.fixture(scope="module")
-def db_dsn(pg_admin_dsn: str, template_db: str) -> Iterator[str]:
-    """DSN of a migrated database private to the test module."""
+def db_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """DSN of a migrated database private to the test module (on the Citus cluster of
+    ``CWSTORE_TEST_CITUS_DSN``, distributed, for the directories in ``_CITUS_DIRS``)."""
+    citus = os.environ.get("CWSTORE_TEST_CITUS_DSN")
+    if citus and Path(str(request.path)).parent.name in _CITUS_DIRS:
+        with citus_database(citus) as dsn:
+            yield dsn
+        return
+    pg_admin_dsn: str = request.getfixturevalue("pg_admin_dsn")
+    template_db: str = request.getfixturevalue("template_db")
     name = f"t_{uuid.uuid4().hex}"
     dsn = _create_database(pg_admin_dsn, name, template=template_db)
     try:

@@ -57,6 +57,8 @@ TEXT = [
     ('"apply_migrations"', '"apply_migrations_sync"'),
     ('"migrate_dsn"', '"migrate_dsn_sync"'),
     ('"status"', '"status_sync"'),
+    ('"distribute"', '"distribute_sync"'),
+    ('"citus_installed"', '"citus_installed_sync"'),
     ("AsyncStore", "Store"),
     (":func:`connect`", ":func:`connect_sync`"),
     (":func:`apply_migrations`", ":func:`apply_migrations_sync`"),
@@ -84,7 +86,11 @@ PAIRS = [
     (
         ROOT / "cwstore" / "_migrate_async.py",
         ROOT / "cwstore" / "_migrate_sync.py",
-        {"status": "status_sync"},
+        {
+            "status": "status_sync",
+            "distribute": "distribute_sync",
+            "citus_installed": "citus_installed_sync",
+        },
     ),
 ]
 """(source, generated file, extra renames for that module)."""

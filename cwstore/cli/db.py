@@ -52,6 +52,15 @@ def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) ->
             f"migration{'s' if len(applied) != 1 else ''})",
             file=sys.stderr,
         )
+        if args.citus:
+            migrate.distribute_sync(conn)
+            print("tables distributed by graph on Citus", file=sys.stderr)
+        elif migrate.citus_installed_sync(conn):
+            print(
+                "note: this database has the citus extension; `cwstore init --citus` "
+                "distributes the tables by graph",
+                file=sys.stderr,
+            )
         if args.roles:
             roles.install_roles_sync(conn)
             print(f"roles {roles.READER} and {roles.WRITER} ready", file=sys.stderr)
@@ -184,6 +193,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also create the roles cwstore_reader and cwstore_writer and grant them "
         "(needs CREATEROLE)",
+    )
+    p.add_argument(
+        "--citus",
+        action="store_true",
+        help="on a Citus coordinator: distribute the tables by graph (docs/scaling.md)",
     )
     p.add_argument(
         "--tenant",

@@ -3,7 +3,8 @@
 
 -- name: graph_get
 -- A graph's id, length and vocabulary (NULL = dynamic).
-SELECT graph_id, length, vocabulary FROM cwstore.graphs WHERE name = $1
+SELECT graph_id, length, vocabulary FROM cwstore.graphs
+ WHERE graph_id = cwstore.graph_key($1) AND name = $1
 
 -- name: graphs_list
 -- Every graph the role may read, with its length and tenant.

@@ -57,9 +57,11 @@ def node(
 
 
 def new_graph(conn: Conn, vocabulary: list[str] | None = None) -> int:
+    name = f"sql-{uuid.uuid4().hex}"
     row = conn.execute(
-        "INSERT INTO cwstore.graphs (name, vocabulary) VALUES (%s, %s) RETURNING graph_id",
-        (f"sql-{uuid.uuid4().hex}", vocabulary),
+        "INSERT INTO cwstore.graphs (graph_id, name, vocabulary)"
+        " VALUES (cwstore.graph_key(%s), %s, %s) RETURNING graph_id",
+        (name, name, vocabulary),
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -229,6 +231,28 @@ def test_every_derived_table_refuses_every_direct_write(
             err = refused(conn, lambda: conn.execute(sql))  # noqa: B023 (called at once)
             assert err.diag.sqlstate == "CW403", (table, operation, err)
             assert detail(err) == {"table": table, "operation": operation}
+
+
+def test_a_graph_id_is_the_key_of_its_name(conn: Conn) -> None:
+    """graph_id is cwstore.graph_key(name), checked: a row with another id is refused,
+    so one name has one row (graphs_pkey) wherever the table lives."""
+    name = f"key-{uuid.uuid4().hex}"
+    gid = conn.execute("SELECT cwstore.ensure_graph_v1(%s)", (name,)).fetchone()
+    assert gid is not None
+    key = conn.execute("SELECT cwstore.graph_key(%s)", (name,)).fetchone()
+    assert key is not None and gid[0] == key[0] and 0 <= key[0] < 2**48
+    assert conn.execute("SELECT cwstore.ensure_graph_v1(%s)", (name,)).fetchone() == gid
+    with pytest.raises(psycopg.errors.CheckViolation) as err:
+        conn.execute(
+            "INSERT INTO cwstore.graphs (graph_id, name) VALUES (%s, %s)", (key[0] + 1, name)
+        )
+    assert err.value.diag.constraint_name == "graphs_key_check"
+    with pytest.raises(psycopg.errors.UniqueViolation) as dup:
+        conn.execute(
+            "INSERT INTO cwstore.graphs (graph_id, name) VALUES (cwstore.graph_key(%s), %s)",
+            (name, name),
+        )
+    assert dup.value.diag.constraint_name == "graphs_pkey"
 
 
 def test_graph_length_cannot_be_updated(conn: Conn, chain: tuple[int, Any]) -> None:

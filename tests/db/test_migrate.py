@@ -412,3 +412,70 @@ def test_lock_timeout_must_be_positive(empty_db_dsn: str) -> None:
         pytest.raises(MigrationError),
     ):
         apply_migrations_sync(conn, lock_timeout=0)
+
+
+def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_dsn: str) -> None:
+    """0003_graph_keys on a database of 0001..0002 holding graphs: every row of every
+    table keyed by graph moves to graph_key(name), nothing else changes, and the graph
+    takes appends and reads as before."""
+    files = migrations()
+    upto = [m for m in files if m.version <= 2]
+    nodes = [
+        f'{{"id":"cw_{1:024x}","kind":"goal","parents":[],"payload":{{"i":1}},'
+        '"createdAt":"2025-01-01T00:00:00Z","resourceKey":"doc"}',
+        f'{{"id":"cw_{2:024x}","kind":"answer","parents":["cw_{1:024x}"],"payload":{{"i":2}},'
+        '"createdAt":"2025-01-01T00:00:01Z","resourceKey":"doc"}',
+    ]
+    tables = [
+        "nodes",
+        "edges",
+        "frontier_spans",
+        "frontier_declarations",
+        "key_versions",
+        "key_heads",
+        "kind_counts",
+    ]
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert apply_migrations_sync(conn, upto) == [1, 2]
+        for g in ("a", "b"):
+            conn.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (g, f"[{nodes[0]}]")
+            )
+            conn.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, NULL, %s::json)",
+                (g, f"[{nodes[1]}]", f'["cw_{2:024x}"]'),
+            )
+        before = {
+            t: conn.execute(
+                sql.SQL(
+                    "SELECT g.name, count(*) FROM cwstore.{} x JOIN cwstore.graphs g"
+                    " USING (graph_id) GROUP BY g.name ORDER BY g.name"
+                ).format(sql.Identifier(t))
+            ).fetchall()
+            for t in tables
+        }
+        projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
+        assert apply_migrations_sync(conn) == [m.version for m in files if m.version > 2]
+        assert conn.execute(
+            "SELECT count(*) FROM cwstore.graphs WHERE graph_id <> cwstore.graph_key(name)"
+        ).fetchone() == (0,)
+        for t in tables:
+            after = conn.execute(
+                sql.SQL(
+                    "SELECT g.name, count(*) FROM cwstore.{} x JOIN cwstore.graphs g"
+                    " USING (graph_id) GROUP BY g.name ORDER BY g.name"
+                ).format(sql.Identifier(t))
+            ).fetchall()
+            assert after == before[t] and after, t
+        assert conn.execute("SELECT cwstore.projection_v1('a')").fetchone() == projection
+        row = conn.execute(
+            "SELECT seq FROM cwstore.append_v1('a', %s::json)",
+            (
+                f'[{{"id":"cw_{3:024x}","kind":"goal","parents":[],"payload":{{}},'
+                '"createdAt":"2025-01-01T00:00:02Z"}]',
+            ),
+        ).fetchone()
+        assert row == (3,)
+        with pytest.raises(psycopg.Error) as refused:  # the guards are on again
+            conn.execute("UPDATE cwstore.nodes SET kind = 'goal'")
+        assert refused.value.sqlstate == "CW403"

@@ -96,6 +96,21 @@ BEGIN
                                 mins => substr(v_zone, 5, 2)::int)) AT TIME ZONE 'UTC';
 END $$;
 
+-- A graph's key, its graph_id: 48 bits of the MD5 of its name. Derived from the name
+-- so that the name is unique through graphs_pkey (graphs_key_check ties the two), which
+-- is what lets a distributed PostgreSQL (Citus) spread graphs by this key: its unique
+-- constraints must include the distribution column. 48 bits keep the key exact in a
+-- float8 with room for the quarter-unit width of cwstore.span_band's boxes. Two names
+-- with one key cannot both exist: ensure_graph_v1 refuses the second (CW400
+-- graph_name). The chance that any two of N graphs share a key is about N^2 / 2^49:
+-- 0.2% for a million graphs, one half near twenty million.
+CREATE FUNCTION cwstore.graph_key(p_name text) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT ('x' || left(md5(p_name), 12))::bit(48)::bigint
+$$;
+COMMENT ON FUNCTION cwstore.graph_key(text) IS
+  'The graph_id of a graph name: 48 bits of md5(name). graphs.graph_id = graph_key(name).';
+
 CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT box(point(graph_id, seq), point(graph_id, seq))

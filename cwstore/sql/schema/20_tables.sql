@@ -8,24 +8,26 @@
 -- channel cwstore (80_listeners.sql).
 --
 -- Every unique key of a table keyed by graph begins with graph_id, so each graph's rows
--- can live together on one node of a distributed PostgreSQL.
+-- can live together on one node of a distributed PostgreSQL (docs/scaling.md). A
+-- graph's graph_id is derived from its name (cwstore.graph_key), so the primary key
+-- keeps names unique and a name finds its graph's row by the key alone.
 
 CREATE TABLE cwstore.graphs (
-  graph_id    bigint GENERATED ALWAYS AS IDENTITY,
+  graph_id    bigint NOT NULL,
   name        text NOT NULL,
   tenant      text NOT NULL DEFAULT 'default',
   vocabulary  text[],
   length      bigint NOT NULL DEFAULT 0,
   created_at  timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
-  CONSTRAINT graphs_name_key UNIQUE (name),
+  CONSTRAINT graphs_key_check CHECK (graph_id = cwstore.graph_key(name)),
   CONSTRAINT graphs_length_check CHECK (length >= 0),
   CONSTRAINT graphs_vocabulary_check CHECK (
     vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32
                            AND array_position(vocabulary, NULL) IS NULL))
 );
 COMMENT ON TABLE cwstore.graphs IS
-  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). The row is the per-graph lock of the append path.';
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name). The row is the per-graph lock of the append path.';
 
 CREATE TABLE cwstore.nodes (
   graph_id         bigint NOT NULL,

@@ -59,6 +59,15 @@ DECLARE
   v_rows bigint;
   v_semantic boolean;
   v_keyed boolean;
+  v_gid bigint;
+  v_vocab text[];
+  v_gids bigint[];
+  v_los bigint[];
+  v_his bigint[];
+  v_cnts bigint[];
+  v_lo bigint;
+  v_hi bigint;
+  v_cnt bigint;
 BEGIN
   SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
     INTO v_rows, v_semantic, v_keyed FROM new_nodes;
@@ -66,15 +75,23 @@ BEGIN
   IF v_rows > 256 OR v_rows = 0 THEN RETURN NULL; END IF;
   -- end not shared
 
+  -- The batch's graphs (usually one) with their first and last sequence and count: the
+  -- statements below read one graph at a time, never joining this transition table to
+  -- another table (Citus cannot plan that join on a shard).
+  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt)
+    INTO v_gids, v_los, v_his, v_cnts
+    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt
+            FROM new_nodes n GROUP BY n.graph_id) x;
+
   -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
   IF v_semantic THEN
-  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
+  FOREACH v_gid IN ARRAY v_gids LOOP
+  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = v_gid;
+  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, v_vocab AS vocabulary
     INTO r
     FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
                  cwstore.payload_jsonb(n.payload_text) AS payload
-            FROM new_nodes n WHERE n.kind = 'semantic') n
-    JOIN LATERAL (SELECT g.vocabulary FROM cwstore.graphs g
-                   WHERE g.graph_id = n.graph_id LIMIT 1) g ON true
+            FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid) n
    WHERE NOT (
          jsonb_typeof(n.payload) = 'object'
      AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
@@ -85,7 +102,7 @@ BEGIN
      AND (n.payload ->> 'key') ~ '^[a-z0-9_./:-]{1,120}$'
      AND n.resource_key IS NOT DISTINCT FROM
          ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
-     AND (g.vocabulary IS NULL OR (n.payload ->> 'type') = ANY (g.vocabulary)))
+     AND (v_vocab IS NULL OR (n.payload ->> 'type') = ANY (v_vocab)))
    LIMIT 1;
   IF FOUND THEN
     IF jsonb_typeof(r.payload -> 'type') = 'string'
@@ -103,6 +120,7 @@ BEGIN
     PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
       'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
   END IF;
+  END LOOP;
   END IF;
 
   -- not shared: how this function derives
@@ -177,38 +195,32 @@ BEGIN
 
   -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
   -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
-  WITH x AS (
-    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-      FROM new_nodes GROUP BY graph_id
-  ), u AS (
-    UPDATE cwstore.graphs g SET length = x.hi
-      FROM x
-     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
-    RETURNING g.graph_id, g.length
-  ), woken AS (
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM cwstore.listeners) THEN pg_notify('cwstore', u.graph_id || ':' || u.length) END FROM u
-  )
-  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
-  IF v_rows > 0 THEN
-    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
-      INTO r
-      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-              FROM new_nodes GROUP BY graph_id) x
-      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
-                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
-     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
-     LIMIT 1;
-    IF FOUND THEN
-      IF r.missing THEN
+  -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
+  -- shard's worker, where a statement must name its graph to stay on the local shard.
+  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
+  -- a subscripted parameter in an UPDATE's SET list.)
+  FOR i IN 1 .. cardinality(v_gids) LOOP
+    v_gid := v_gids[i];
+    v_lo := v_los[i];
+    v_hi := v_his[i];
+    v_cnt := v_cnts[i];
+    UPDATE cwstore.graphs g SET length = v_hi
+     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
+    IF NOT FOUND THEN
+      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
+      IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', r.graph_id),
-          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+          MESSAGE = format('graph id %s does not exist', v_gid),
+          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
       END IF;
-      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
         format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
     END IF;
-  END IF;
+    IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
+    END IF;
+  END LOOP;
   RETURN NULL;
 END
 $body$;
@@ -230,6 +242,15 @@ DECLARE
   v_rows bigint;
   v_semantic boolean;
   v_keyed boolean;
+  v_gid bigint;
+  v_vocab text[];
+  v_gids bigint[];
+  v_los bigint[];
+  v_his bigint[];
+  v_cnts bigint[];
+  v_lo bigint;
+  v_hi bigint;
+  v_cnt bigint;
 BEGIN
   SELECT count(*), bool_or(kind = 'semantic'), bool_or(resource_key IS NOT NULL)
     INTO v_rows, v_semantic, v_keyed FROM new_nodes;
@@ -237,15 +258,23 @@ BEGIN
   IF v_rows <= 256 THEN RETURN NULL; END IF;
   -- end not shared
 
+  -- The batch's graphs (usually one) with their first and last sequence and count: the
+  -- statements below read one graph at a time, never joining this transition table to
+  -- another table (Citus cannot plan that join on a shard).
+  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt)
+    INTO v_gids, v_los, v_his, v_cnts
+    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt
+            FROM new_nodes n GROUP BY n.graph_id) x;
+
   -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
   IF v_semantic THEN
-  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, g.vocabulary
+  FOREACH v_gid IN ARRAY v_gids LOOP
+  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = v_gid;
+  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, v_vocab AS vocabulary
     INTO r
     FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
                  cwstore.payload_jsonb(n.payload_text) AS payload
-            FROM new_nodes n WHERE n.kind = 'semantic') n
-    JOIN LATERAL (SELECT g.vocabulary FROM cwstore.graphs g
-                   WHERE g.graph_id = n.graph_id LIMIT 1) g ON true
+            FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid) n
    WHERE NOT (
          jsonb_typeof(n.payload) = 'object'
      AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
@@ -256,7 +285,7 @@ BEGIN
      AND (n.payload ->> 'key') ~ '^[a-z0-9_./:-]{1,120}$'
      AND n.resource_key IS NOT DISTINCT FROM
          ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
-     AND (g.vocabulary IS NULL OR (n.payload ->> 'type') = ANY (g.vocabulary)))
+     AND (v_vocab IS NULL OR (n.payload ->> 'type') = ANY (v_vocab)))
    LIMIT 1;
   IF FOUND THEN
     IF jsonb_typeof(r.payload -> 'type') = 'string'
@@ -274,6 +303,7 @@ BEGIN
     PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
       'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
   END IF;
+  END LOOP;
   END IF;
 
   -- not shared: how this function derives
@@ -386,38 +416,32 @@ BEGIN
 
   -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
   -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
-  WITH x AS (
-    SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-      FROM new_nodes GROUP BY graph_id
-  ), u AS (
-    UPDATE cwstore.graphs g SET length = x.hi
-      FROM x
-     WHERE g.graph_id = x.graph_id AND x.lo = g.length + 1 AND x.hi = g.length + x.cnt
-    RETURNING g.graph_id, g.length
-  ), woken AS (
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM cwstore.listeners) THEN pg_notify('cwstore', u.graph_id || ':' || u.length) END FROM u
-  )
-  SELECT (SELECT count(*) FROM x) - (SELECT count(*) FROM woken) INTO v_rows;
-  IF v_rows > 0 THEN
-    SELECT x.graph_id, g.name, g.length, x.lo, x.hi, x.cnt, g.graph_id IS NULL AS missing
-      INTO r
-      FROM (SELECT graph_id, min(seq) AS lo, max(seq) AS hi, count(*) AS cnt
-              FROM new_nodes GROUP BY graph_id) x
-      LEFT JOIN LATERAL (SELECT g.graph_id, g.name, g.length FROM cwstore.graphs g
-                          WHERE g.graph_id = x.graph_id LIMIT 1) g ON true
-     WHERE g.graph_id IS NULL OR x.lo <> g.length + 1 OR x.hi <> g.length + x.cnt
-     LIMIT 1;
-    IF FOUND THEN
-      IF r.missing THEN
+  -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
+  -- shard's worker, where a statement must name its graph to stay on the local shard.
+  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
+  -- a subscripted parameter in an UPDATE's SET list.)
+  FOR i IN 1 .. cardinality(v_gids) LOOP
+    v_gid := v_gids[i];
+    v_lo := v_los[i];
+    v_hi := v_his[i];
+    v_cnt := v_cnts[i];
+    UPDATE cwstore.graphs g SET length = v_hi
+     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
+    IF NOT FOUND THEN
+      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
+      IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', r.graph_id),
-          DETAIL = jsonb_build_object('graph_id', r.graph_id)::text;
+          MESSAGE = format('graph id %s does not exist', v_gid),
+          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
       END IF;
-      PERFORM cwstore._violation('sequence', r.graph_id, r.lo, NULL, '$.sequence',
+      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
         format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + r.cnt, r.lo, r.hi));
+               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
     END IF;
-  END IF;
+    IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
+    END IF;
+  END LOOP;
   RETURN NULL;
 END
 $body$;

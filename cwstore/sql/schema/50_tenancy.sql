@@ -34,13 +34,17 @@ $$;
 COMMENT ON FUNCTION cwstore.sees_all(name) IS
   'Whether a role reads and writes every graph: a superuser, a BYPASSRLS role, or a member of the owner of schema cwstore.';
 
+-- plpgsql, not sql: on Citus tenant_members is a reference table, and Citus cannot plan
+-- a parameterized SQL-function query over it.
 CREATE FUNCTION cwstore.tenants_of(p_role name) RETURNS SETOF text
-LANGUAGE sql STABLE ROWS 2 AS $$
+LANGUAGE plpgsql STABLE ROWS 2 AS $$
+BEGIN
+  RETURN QUERY
   SELECT DISTINCT m.tenant
     FROM cwstore.tenant_members m
     JOIN pg_catalog.pg_roles r ON r.rolname = m.member
-   WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER')
-$$;
+   WHERE pg_catalog.pg_has_role(p_role, r.oid, 'MEMBER');
+END $$;
 COMMENT ON FUNCTION cwstore.tenants_of(name) IS
   'The tenants a role belongs to: those listed in tenant_members for it or for any role it is a member of (directly or not).';
 
@@ -93,12 +97,14 @@ END $$;
 COMMENT ON FUNCTION cwstore.add_tenant_member(text, name) IS
   'Let a role (and every member of it) read and write the graphs of a tenant. Needs INSERT on tenant_members: the owner''s.';
 
+-- plpgsql, as tenants_of: Citus cannot plan a SQL function's parameterized DELETE on
+-- the reference table tenant_members.
 CREATE FUNCTION cwstore.remove_tenant_member(p_tenant text, p_role name) RETURNS boolean
-LANGUAGE sql AS $$
-  WITH d AS (DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role
-             RETURNING 1)
-  SELECT EXISTS (SELECT 1 FROM d)
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role;
+  RETURN FOUND;
+END $$;
 COMMENT ON FUNCTION cwstore.remove_tenant_member(text, name) IS
   'Undo add_tenant_member; true if the role was listed. Its sessions lose access at their next statement.';
 

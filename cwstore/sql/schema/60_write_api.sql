@@ -275,28 +275,40 @@ BEGIN
 END $$;
 
 -- ensure_graph_v1(graph, vocabulary) -> graph_id
---   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock.
+--   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock. The
+--   graph_id is cwstore.graph_key(graph); a name whose key another graph holds is
+--   refused (CW400 shape at $.graph), without naming that graph.
 CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  v_key bigint := cwstore.graph_key(p_graph);
   v_id bigint;
+  v_name text;
   v_tenant text;
 BEGIN
   IF p_graph IS NULL OR p_graph = '' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
                                'a graph name must be a non-empty string');
   END IF;
-  SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
+  SELECT graph_id, name, tenant INTO v_id, v_name, v_tenant
+    FROM cwstore.graphs WHERE graph_id = v_key;
   IF NOT FOUND THEN
     v_tenant := cwstore._new_graph_tenant();
     IF session_user <> current_user THEN
       PERFORM cwstore._check_writer(p_graph, v_tenant);
     END IF;
-    INSERT INTO cwstore.graphs (name, vocabulary, tenant) VALUES (p_graph, p_vocabulary, v_tenant)
-    ON CONFLICT (name) DO NOTHING RETURNING graph_id INTO v_id;
+    INSERT INTO cwstore.graphs (graph_id, name, vocabulary, tenant)
+    VALUES (v_key, p_graph, p_vocabulary, v_tenant)
+    ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id, name INTO v_id, v_name;
     IF v_id IS NULL THEN
-      SELECT graph_id, tenant INTO v_id, v_tenant FROM cwstore.graphs WHERE name = p_graph;
+      SELECT graph_id, name, tenant INTO v_id, v_name, v_tenant
+        FROM cwstore.graphs WHERE graph_id = v_key;
     END IF;
+  END IF;
+  IF v_name <> p_graph THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+      format('graph name %L cannot be used: another graph holds its key (cwstore.graph_key); choose another name',
+             p_graph));
   END IF;
   IF session_user <> current_user THEN
     PERFORM cwstore._check_writer(p_graph, v_tenant);
@@ -315,8 +327,8 @@ DECLARE
   v_id bigint;
   v_len bigint;
 BEGIN
-  PERFORM cwstore.ensure_graph_v1(p_graph, p_vocabulary);
-  SELECT graph_id, length INTO v_id, v_len FROM cwstore.graphs WHERE name = p_graph FOR UPDATE;
+  v_id := cwstore.ensure_graph_v1(p_graph, p_vocabulary);
+  SELECT length INTO v_len FROM cwstore.graphs WHERE graph_id = v_id FOR UPDATE;
   IF v_len > 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'CW412',
       MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
@@ -415,12 +427,15 @@ BEGIN
   IF FOUND THEN
     PERFORM cwstore._node_violation(v_problem, p_graph_id, p_seqs[v_bad], p_ids[v_bad], v_bad - 1);
   END IF;
-  -- As in append_v1: within a graph the feed's xid never goes back.
+  -- As in append_v1: within a graph the feed's xid never goes back; the rows come
+  -- joined to the graph's counter row (one statement on the graph's worker on Citus).
   INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text, created_at_text,
                              resource_key, xid)
-  SELECT p_graph_id, r.seq, r.id, r.kind, r.parents::text[], r.payload, r.created, r.key, v_xid
-    FROM unnest(p_seqs, p_ids, p_kinds, p_parents, p_payloads, p_created, p_keys)
-         AS r(seq, id, kind, parents, payload, created, key);
+  SELECT g.graph_id, r.seq, r.id, r.kind, r.parents::text[], r.payload, r.created, r.key, v_xid
+    FROM cwstore.graphs g
+   CROSS JOIN unnest(p_seqs, p_ids, p_kinds, p_parents, p_payloads, p_created, p_keys)
+         AS r(seq, id, kind, parents, payload, created, key)
+   WHERE g.graph_id = p_graph_id;
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
 END $$;
@@ -473,6 +488,7 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_graph_id bigint;
+  v_tenant text;
   v_len bigint;
   v_new bigint;
   v_bad bigint;
@@ -604,18 +620,24 @@ BEGIN
 
   -- The tenant check comes before the lock: a refused caller must not hold another
   -- tenant's counter row while it sits in its aborted transaction.
+  -- The graph's row is found by its key, cwstore.graph_key(name) (one shard on Citus).
+  v_graph_id := cwstore.graph_key(p_graph);
+  -- The tenant is read first, on its own: a statement that both reads a distributed
+  -- table and calls the check would run the check on the worker, where session_user
+  -- is not the caller (Citus).
   IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, (SELECT g.tenant FROM cwstore.graphs g
-                                             WHERE g.name = p_graph));
+    SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
+     WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
   END IF;
 
   -- The counter row: lock it (create the graph on first use). Held until commit.
-  SELECT g.graph_id, g.length INTO v_graph_id, v_len
-    FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
+  SELECT g.length INTO v_len
+    FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM cwstore.ensure_graph_v1(p_graph);
-    SELECT g.graph_id, g.length INTO v_graph_id, v_len
-      FROM cwstore.graphs g WHERE g.name = p_graph FOR UPDATE;
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+    SELECT g.length INTO v_len
+      FROM cwstore.graphs g WHERE g.graph_id = v_graph_id FOR UPDATE;
   END IF;
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
@@ -623,20 +645,24 @@ BEGIN
   -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
   -- may hold an xid older than the one that wrote the previous node), so it is the
   -- greater of this transaction's and the graph's last node's.
+  -- The rows come joined to the graph's counter row: on Citus that makes the statement
+  -- one INSERT ... SELECT on the graph's worker (not rows copied through the
+  -- coordinator, which loses the SQLSTATE of the triggers' refusals).
   INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
                              created_at_text, resource_key, xid)
-  SELECT v_graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
+  SELECT g.graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
          ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
          v_payloads[b.o], v_created[b.o], v_keys[b.o],
          greatest(pg_current_xact_id()::text::bigint,
                   (SELECT l.xid FROM cwstore.nodes l
                     WHERE l.graph_id = v_graph_id AND l.seq = v_len))
-    FROM (SELECT DISTINCT ON (u.id) u.id, u.o
-            FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-           ORDER BY u.id, u.o) b
+    FROM cwstore.graphs g
+   CROSS JOIN (SELECT DISTINCT ON (u.id) u.id, u.o
+                 FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+                ORDER BY u.id, u.o) b
     LEFT JOIN LATERAL (SELECT true AS held FROM cwstore.nodes n
                         WHERE n.graph_id = v_graph_id AND n.id = b.id LIMIT 1) x ON true
-   WHERE x.held IS NULL
+   WHERE g.graph_id = v_graph_id AND x.held IS NULL
    ORDER BY b.o;
   GET DIAGNOSTICS v_new = ROW_COUNT;
 

@@ -45,7 +45,7 @@ DECLARE
   v_tenant text;
 BEGIN
   SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
-    FROM cwstore.graphs g WHERE g.name = p_graph;
+    FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_key(p_graph) AND g.name = p_graph;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph %L does not exist', p_graph),

@@ -91,14 +91,28 @@ COMMENT ON FUNCTION cwstore.feed_horizon() IS
 --   node (NULL: no byte bound). Runs as the caller: row-level security decides what it
 --   sees. In a REPEATABLE READ or SERIALIZABLE transaction the read's snapshot is the
 --   transaction's, so the horizon is held to that snapshot's xmin as well.
+--   Refused where cwstore.nodes is distributed by Citus (0A000): transaction ids and the
+--   horizon are each node's own there, so a cursor by xid would skip or repeat nodes
+--   across workers (docs/scaling.md says what to follow instead).
 CREATE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
                                     p_limit integer, p_max_bytes bigint DEFAULT NULL)
 RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
                parents text[], payload_text text, created_at_text text, resource_key text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  v_horizon bigint := cwstore.feed_horizon();
+  v_horizon bigint;
+  v_spread boolean := false;
 BEGIN
+  IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+    EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition'
+            ' WHERE logicalrelid = ''cwstore.nodes''::regclass)' INTO v_spread;
+  END IF;
+  IF v_spread THEN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+      MESSAGE = 'the all-graphs feed (tail_all) is not available on Citus: transaction ids are per node, so its cursor could skip or repeat nodes across workers',
+      HINT = 'Follow each graph with tail (its sequence is exact on any node); see docs/scaling.md';
+  END IF;
+  v_horizon := cwstore.feed_horizon();
   IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
     v_horizon := least(v_horizon,
       pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint);

@@ -1,0 +1,87 @@
+-- citus.sql: the Citus-only steps of `cwstore init --citus`, run on the coordinator after
+-- the schema (cwstore/sql/schema/, through the migrations), in one transaction. The
+-- schema itself is the same as on one server; this file only tells Citus where its
+-- rows live (docs/scaling.md):
+--
+--   * every table keyed by graph is distributed by graph_id, all co-located with
+--     graphs, so one graph's rows (its counter row, nodes, edges, spans, versions,
+--     heads, counts, declarations) sit in one shard group, on one worker;
+--   * the small shared tables (tenant_members, listeners, schema_migrations) are
+--     reference tables, a copy on every node;
+--   * the write and read functions run on the coordinator, and each of their
+--     statements names the graph's key, so it goes to the one worker that holds the
+--     graph: one worker connection per call, committed there in one phase. They are not
+--     delegated whole to the worker (create_distributed_function): Citus delegates only
+--     by an argument of the distribution column's type (most take the graph's name, a
+--     text), and the two that take graph_id, delegated, reported errors with the
+--     worker's address in them (so another tenant's graph and a missing one differed)
+--     and did not wait for an uncommitted append's lock in tests/contract.
+--
+-- What Citus cannot do and what replaces it:
+--   * row-level security policies with sub-selects: the policies of 50_tenancy.sql are
+--     dropped, and row-level security stays enabled with no policy, so a role that is
+--     not unrestricted (cwstore.sees_all) reads no row of these tables directly: it
+--     reads through the public read functions, which check the graph's tenant
+--     (cwstore._graph) as on one server.
+--   * triggers on distributed tables: allowed here (citus.enable_unsafe_triggers, for
+--     this transaction only); they fire on the shards, on the workers, and read and
+--     write only their own graph's rows, so they stay on the local shard group.
+--
+-- Idempotent: a table already distributed, or a function already distributed, is left
+-- as it is. Needs the citus extension and at least one worker (citus_add_node).
+
+SET LOCAL citus.enable_unsafe_triggers = on;
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
+
+DO $citus$
+DECLARE
+  t text;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+      MESSAGE = 'cwstore init --citus needs the citus extension in this database',
+      HINT = 'CREATE EXTENSION citus, and add the workers (citus_add_node), first';
+  END IF;
+
+  FOREACH t IN ARRAY ARRAY['graphs_tenant graphs', 'nodes_tenant nodes', 'edges_tenant edges',
+                           'frontier_spans_tenant frontier_spans',
+                           'frontier_declarations_tenant frontier_declarations',
+                           'key_versions_tenant key_versions', 'key_heads_tenant key_heads',
+                           'kind_counts_tenant kind_counts'] LOOP
+    EXECUTE format('DROP POLICY IF EXISTS %I ON cwstore.%I', split_part(t, ' ', 1),
+                   split_part(t, ' ', 2));
+  END LOOP;
+
+  FOREACH t IN ARRAY ARRAY['tenant_members', 'listeners', 'schema_migrations'] LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                    WHERE logicalrelid = format('cwstore.%I', t)::regclass) THEN
+      PERFORM create_reference_table(format('cwstore.%I', t));
+    END IF;
+  END LOOP;
+
+  FOREACH t IN ARRAY ARRAY['graphs', 'nodes', 'edges', 'frontier_spans',
+                           'frontier_declarations', 'key_versions', 'key_heads',
+                           'kind_counts'] LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                    WHERE logicalrelid = format('cwstore.%I', t)::regclass) THEN
+      PERFORM create_distributed_table(format('cwstore.%I', t), 'graph_id',
+                                       colocate_with => CASE WHEN t = 'graphs' THEN 'default'
+                                                             ELSE 'cwstore.graphs' END);
+    END IF;
+  END LOOP;
+END
+$citus$;
+
+-- append_v1 plans its statements generically on one server (force_generic_plan); Citus
+-- cannot plan its INSERT ... SELECT with parameters generically ("could not create
+-- distributed plan"), so here it plans them with the call's values.
+ALTER FUNCTION cwstore.append_v1(text, json, bigint, json) SET plan_cache_mode = auto;
+
+-- The private read functions that the public ones call inside a query over a table
+-- keyed by graph: Citus sends that query to the graph's shard on its worker, and the
+-- call runs there, reading the same graph's rows (on the same worker). Citus refuses
+-- such a nested read unless told it is one: each reads one graph only, by graph_id.
+ALTER FUNCTION cwstore._frontier_at(bigint, bigint)
+  SET citus.allow_nested_distributed_execution = on;
+ALTER FUNCTION cwstore._heads_at(bigint, bigint, boolean)
+  SET citus.allow_nested_distributed_execution = on;

@@ -1,0 +1,202 @@
+"""Where cwstore's rows live on a Citus cluster (``cwstore init --citus``).
+
+Runs only with ``CWSTORE_TEST_CITUS_DSN`` (see tests/conftest.py): every cwstore table is
+distributed by graph_id (co-located) or a reference table, one graph's rows all sit on
+one worker, and an append runs as single-shard statements only, committed without
+two-phase commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from cwstore.identity import compute_id
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("CWSTORE_TEST_CITUS_DSN"),
+    reason="CWSTORE_TEST_CITUS_DSN is not set: no Citus cluster for these tests",
+)
+
+GRAPH_TABLES = [
+    "graphs",
+    "nodes",
+    "edges",
+    "frontier_spans",
+    "frontier_declarations",
+    "key_versions",
+    "key_heads",
+    "kind_counts",
+]
+REFERENCE_TABLES = ["listeners", "schema_migrations", "tenant_members"]
+
+
+def _chain(n: int, key: str | None = None) -> list[dict[str, Any]]:
+    nodes: list[dict[str, Any]] = []
+    for i in range(n):
+        node: dict[str, Any] = {
+            "kind": "goal" if i == 0 else "tool_result",
+            "parents": [nodes[-1]["id"]] if nodes else [],
+            "payload": {"i": i},
+            "createdAt": "2025-01-01T00:00:00.000Z",
+        }
+        if key is not None and i > 0:
+            node["resourceKey"] = key
+        node["id"] = compute_id(
+            node["kind"], node["parents"], node["payload"], node.get("resourceKey")
+        )
+        nodes.append(node)
+    return nodes
+
+
+def _append(conn: psycopg.Connection[Any], graph: str, nodes: list[dict[str, Any]]) -> None:
+    conn.execute(
+        "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
+        (graph, json.dumps(nodes, separators=(",", ":"))),
+    )
+
+
+def test_every_cwstore_table_is_distributed_by_graph_or_a_reference_table(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname FROM pg_class c"
+                " WHERE c.relnamespace = 'cwstore'::regnamespace AND c.relkind IN ('r', 'p')"
+            )
+        }
+        assert tables == set(GRAPH_TABLES) | set(REFERENCE_TABLES)
+        rows = {
+            r[0]: (r[1], r[2], r[3])
+            for r in conn.execute(
+                "SELECT c.relname, p.partmethod, p.colocationid,"
+                " column_to_column_name(p.logicalrelid, p.partkey)"
+                " FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid"
+                " WHERE c.relnamespace = 'cwstore'::regnamespace"
+            )
+        }
+    assert set(rows) == tables
+    colocation = {rows[t][1] for t in GRAPH_TABLES}
+    assert len(colocation) == 1
+    for t in GRAPH_TABLES:
+        assert rows[t][0] == "h" and rows[t][2] == "graph_id", t
+    for t in REFERENCE_TABLES:
+        assert rows[t][0] == "n", t
+
+
+def test_one_graphs_rows_all_sit_on_one_worker(db_dsn: str) -> None:
+    graphs = [f"place-{uuid.uuid4().hex}" for _ in range(6)]
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for g in graphs:
+            _append(conn, g, _chain(5, key="doc"))
+        workers = conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid <> 0"
+        ).fetchall()
+        placed: dict[str, set[tuple[str, int]]] = {}
+        for g in graphs:
+            where = conn.execute(
+                "SELECT DISTINCT s.nodename, s.nodeport"
+                " FROM unnest(%s::text[]) t"
+                " JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column("
+                "   ('cwstore.' || t)::regclass, cwstore.graph_key(%s))",
+                (GRAPH_TABLES, g),
+            ).fetchall()
+            assert len(where) == 1, (g, where)
+            placed[g] = {(str(h), int(p)) for h, p in where}
+    assert len(workers) >= 2
+    # The rows are where the metadata says: on the graph's worker, and nowhere else.
+    params: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(db_dsn)
+    for host, port in workers:
+        worker = psycopg.conninfo.make_conninfo(**{**params, "host": host, "port": port})
+        with psycopg.connect(worker, autocommit=True) as w:
+            w.execute("SET citus.override_table_visibility = off")
+            shards = [
+                r[0]
+                for r in w.execute(
+                    "SELECT c.relname FROM pg_class c"
+                    " WHERE c.relnamespace = 'cwstore'::regnamespace"
+                    "   AND c.relname ~ '^nodes_[0-9]+$'"
+                )
+            ]
+            for g in graphs:
+                n = sum(
+                    w.execute(
+                        psycopg.sql.SQL(
+                            "SELECT count(*) FROM cwstore.{} WHERE graph_id = cwstore.graph_key(%s)"
+                        ).format(psycopg.sql.Identifier(shard)),
+                        (g,),
+                    ).fetchone()[0]  # type: ignore[index]
+                    for shard in shards
+                )
+                assert n == (5 if (host, port) in placed[g] else 0), (g, host, port)
+    # Six graphs on two workers: both hold some (hash distribution spreads them).
+    assert len({w for p in placed.values() for w in p}) == 2
+
+
+def test_an_append_is_single_shard_statements_without_two_phase_commit(db_dsn: str) -> None:
+    graph = f"one-{uuid.uuid4().hex}"
+    nodes = _chain(4, key="doc")
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, graph, nodes[:1])
+        conn.execute("SET citus.enable_stat_counters = on")
+        conn.execute(
+            "SELECT citus_stat_counters_reset(oid) FROM pg_database"
+            " WHERE datname = current_database()"
+        )
+        before = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        _append(conn, graph, nodes[1:])
+        _append(conn, graph, nodes[1:])  # an idempotent retry: same routing
+        row = conn.execute(
+            "SELECT query_execution_single_shard, query_execution_multi_shard"
+            " FROM pg_database d, citus_stat_counters(d.oid) c"
+            " WHERE d.datname = current_database()"
+        ).fetchone()
+        after = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        length = conn.execute(
+            "SELECT length FROM cwstore.graphs WHERE graph_id = cwstore.graph_key(%s)", (graph,)
+        ).fetchone()
+    assert row is not None and row[0] > 0 and row[1] == 0, row
+    assert before == after
+    assert length == (4,)
+
+
+def test_the_all_graphs_feed_is_refused_on_citus(db_dsn: str) -> None:
+    """tail_all's xid cursor is per node on a cluster: refused, saying why, not served
+    with nodes skipped or repeated."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, f"feed-{uuid.uuid4().hex}", _chain(2))
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+            conn.execute("SELECT * FROM cwstore.tail_all_v1(0, 0, 0, 10)")
+    assert "not available on Citus" in str(err.value)
+    assert "tail" in (err.value.diag.message_hint or "")
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        "UPDATE cwstore.nodes SET kind = 'goal'",
+        "DELETE FROM cwstore.edges",
+        "TRUNCATE cwstore.nodes",
+        "INSERT INTO cwstore.kind_counts VALUES (cwstore.graph_key('x'), 'goal', 5, 1)",
+    ],
+)
+def test_history_stays_append_only_on_the_shards(db_dsn: str, stmt: str) -> None:
+    """The guard triggers fire on the workers' shards: direct writes are refused (CW403),
+    even by the owner, and nothing changes."""
+    graph = f"ao-{uuid.uuid4().hex}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, graph, _chain(3))
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(stmt)
+        assert err.value.sqlstate == "CW403"
+        n = conn.execute(
+            "SELECT count(*) FROM cwstore.nodes WHERE graph_id = cwstore.graph_key(%s)"
+            " AND kind = 'goal'",
+            (graph,),
+        ).fetchone()
+    assert n == (1,)
