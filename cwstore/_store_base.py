@@ -33,7 +33,6 @@ from .errors import (
     ValidationError,
     Violation,
 )
-from .identity import compute_id
 from .results import GraphInfo, KeyVersion
 
 __all__ = [

@@ -637,7 +637,9 @@ def check_nodes(
             key_heads[rkey] = nid
     for k, p in unresolved:
         if p in filled:
-            out[k] = replace(out[k], code="parent_order", message=f"parent {p} comes later in sequence")
+            out[k] = replace(
+                out[k], code="parent_order", message=f"parent {p} comes later in sequence"
+            )
     return out
 
 
