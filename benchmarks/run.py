@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cwstore import AgentState, CausalNode, compute_id, fold_frontier
+from cwstore._store_base import COPY_COLUMNS
 from cwstore.jsontext import dumps
 
 HERE = Path(__file__).resolve().parent
@@ -250,18 +251,6 @@ def as_model(doc: dict[str, Any]) -> AgentState:
         nodes=tuple(CausalNode.from_obj(n) for n in doc["nodes"]),
         frontier=tuple(doc["frontier"]),
     )
-
-
-COPY_COLUMNS = (
-    "graph_id",
-    "seq",
-    "id",
-    "kind",
-    "parents",
-    "payload_text",
-    "created_at_text",
-    "resource_key",
-)
 
 
 def copy_records(doc: dict[str, Any], graph_id: int) -> list[tuple[Any, ...]]:
@@ -922,6 +911,12 @@ async def store_sections(
     if only == "save":
         log("6 save")
         return await bench_save(store, doc, sizes, log)
+    if only == "import":
+        log("1 import")
+        return await bench_import(dsn, store, prefix(doc, sizes.import_nodes))
+    if only == "appends":
+        log("2 appends")
+        return await bench_appends(dsn, store, sizes)
     imported = 0
     log("1 import")
     try:
@@ -1071,7 +1066,9 @@ async def run(
     rows: list[Row] = []
     try:
         facts = await machine_facts(main_dsn, server)
-        largest = max(sizes.import_nodes, *sizes.projection)
+        largest = {"appends": 1, "import": sizes.import_nodes, "save": max(SAVE_SIZES)}.get(
+            only or "", max(sizes.import_nodes, *sizes.projection)
+        )
         log(f"generating a {largest:,}-node session")
         start = time.perf_counter()
         doc = generate_nodes(largest)
@@ -1095,7 +1092,7 @@ async def run(
             finally:
                 await store.close()
         del doc
-        if only == "save":
+        if only is not None:
             return rows, facts
         log("5 versus LangGraph")
         try:
@@ -1155,7 +1152,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a PostgreSQL URL to benchmark on (scratch databases "
         "are created and dropped); default: embedded server",
     )
-    parser.add_argument("--only", choices=["save"], help="run only this section (row 6: save)")
+    parser.add_argument(
+        "--only",
+        choices=["import", "appends", "save"],
+        help="run only this section (row 1: import, row 2: appends, row 6: save)",
+    )
     parser.add_argument(
         "--citus-dsn",
         help="also: appends through this Citus coordinator (a database with citus on "

@@ -33,7 +33,6 @@ from .errors import (
     ValidationError,
     Violation,
 )
-from .identity import compute_id
 from .results import GraphInfo, KeyVersion
 
 __all__ = [
@@ -346,33 +345,22 @@ def prepare_batch(
             node["parents"] = sort_parents(parents)
         node.setdefault("createdAt", js_now())
         node.pop("sequence", None)
-        if "id" not in node:
-            kind, payload, rkey = node.get("kind"), node.get("payload"), node.get("resourceKey")
-            if (
-                isinstance(kind, str)
-                and isinstance(node.get("parents"), list)
-                and "payload" in node
-                and (rkey is None or isinstance(rkey, str))
-                and not any(jsontext.problems(payload))
-                and not any(jsontext._bad_string(x) for x in [kind, rkey or "", *node["parents"]])
-            ):
-                node["id"] = compute_id(kind, node["parents"], payload, rkey)
-        done.append({k: node[k] for k in NODE_FIELDS if k in node} | node)
-    violations = [
-        v
-        for v in check_nodes(
-            done,
-            vocabulary=vocabulary or Vocabulary.dynamic(),
-            require_sequence=False,
-            path="$",
-            # The database assigns sequences; an id that could not be computed is left
-            # out because what stopped it (a bad kind, parents or payload) is reported.
-            optional_fields=_BATCH_OPTIONAL,
-        )
-        # Parents may be stored nodes the batch does not hold: the database checks them.
-        # A node given twice in one batch is the same content (same id): appended once.
-        if v.code not in ("missing_parent", "duplicate_id")
-    ]
+        done.append(node)
+    # One pass checks every node and computes each missing id from the checked content
+    # (fill_ids), so neither the payload walk nor the hash runs twice.
+    found = check_nodes(
+        done,
+        vocabulary=vocabulary or Vocabulary.dynamic(),
+        require_sequence=False,
+        path="$",
+        # The database assigns sequences; an id that could not be computed is left
+        # out because what stopped it (a bad kind, parents or payload) is reported.
+        optional_fields=_BATCH_OPTIONAL,
+        fill_ids=True,
+    )
+    # Parents may be stored nodes the batch does not hold: the database checks them.
+    # A node given twice in one batch is the same content (same id): appended once.
+    violations = [v for v in found if v.code not in ("missing_parent", "duplicate_id")]
     if frontier is not None:
         if not isinstance(frontier, list | tuple) or not all(isinstance(f, str) for f in frontier):
             violations.append(
@@ -396,6 +384,7 @@ def prepare_batch(
             )
     if violations:
         raise ValidationError(violations)
+    done = [{k: n[k] for k in NODE_FIELDS if k in n} | n for n in done]
     return PreparedBatch(
         nodes=done,
         json=jsontext.dumps(done),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
@@ -418,6 +418,7 @@ def check_nodes(
     state: CheckState | None = None,
     offset: int = 0,
     optional_fields: frozenset[str] = frozenset(),
+    fill_ids: bool = False,
 ) -> list[Violation]:
     """Check nodes in order against what came before them.
 
@@ -427,8 +428,16 @@ def check_nodes(
     in slices (while a bulk load streams), pass the same ``state`` and each slice's
     ``offset`` in the whole list. Fields in ``optional_fields`` may be absent (an append
     batch's ``id`` and ``sequence``: computed or assigned by the store).
+
+    With ``fill_ids``, a node without an ``id`` (a dict the caller owns) gets the id of
+    its content, computed once, when its kind, parents, payload and key pass; later
+    nodes may name it as a parent, and a parent that only a later node's computed id
+    matches is reported as ``parent_order``, as a given id would be.
     """
     out: list[Violation] = []
+    # (position in out, parent id) of each missing_parent, for fill_ids to revisit.
+    unresolved: list[tuple[int, str]] = []
+    filled: set[str] = set()
     if state is None:
         state = CheckState(dict(known_ids or {}), dict(heads or {}))
     if state.all_ids is None:
@@ -441,6 +450,8 @@ def check_nodes(
         np = f"{path}[{i}]"
         node_id = node.get("id") if isinstance(node, dict) else None
         nid = node_id if _is_str(node_id) else None
+
+        first = len(out)
 
         def bad(code: str, where: str, message: str, _i: int = i, _nid: Any = nid) -> None:
             out.append(Violation(code, _i, _nid, where, message))
@@ -508,6 +519,8 @@ def check_nodes(
                         if p in all_ids:
                             bad("parent_order", pp, f"parent {p} comes later in sequence")
                         else:
+                            if fill_ids:
+                                unresolved.append((len(out), p))
                             bad("missing_parent", pp, f"parent {p} does not exist")
                 if dup:
                     bad("parent_order", f"{np}.parents", f"parent(s) listed twice: {sorted(dup)}")
@@ -610,11 +623,23 @@ def check_nodes(
                     f"{np}.id",
                     f"id {node_id} does not match the content's identity {expected}",
                 )
+        elif fill_ids and "id" not in node and kind_ok and parents_ok and payload_ok and rkey_ok:
+            nid = node["id"] = compute_id(
+                cast(str, kind), cast(list[str], parents), node["payload"], rkey
+            )
+            filled.add(nid)
+            for k in range(first, len(out)):
+                out[k] = replace(out[k], node_id=nid)
 
         if nid is not None and nid not in seen:
             seen[nid] = first_sequence + i
         if rkey is not None and nid is not None:
             key_heads[rkey] = nid
+    for k, p in unresolved:
+        if p in filled:
+            out[k] = replace(
+                out[k], code="parent_order", message=f"parent {p} comes later in sequence"
+            )
     return out
 
 
