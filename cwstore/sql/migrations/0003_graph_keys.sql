@@ -946,6 +946,70 @@ END $$;
 
 -- 70_read_api
 
+-- _frontier_at and _heads_at: the as-of queries name the graph (on Citus, one shard).
+
+CREATE OR REPLACE FUNCTION cwstore._frontier_at(p_graph_id bigint, p_seq bigint)
+RETURNS TABLE ("position" integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+BEGIN
+  IF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY s.from_seq, s.ord))::integer - 1, s.head_seq
+      FROM cwstore.frontier_spans s
+     WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
+     ORDER BY s.from_seq, s.ord;
+  ELSE
+    -- The box test is the index condition (it implies the graph: boxes of different
+    -- graphs are apart); the integer tests after it are exact whatever float8 rounding
+    -- the boxes carry. The graph is named all the same: on Citus that sends the query
+    -- to the graph's one shard, not to every shard.
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
+      FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+             WHERE s.graph_id = p_graph_id
+               AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND s.to_seq <> cwstore.infinity_seq()
+               AND s.from_seq <= p_seq AND p_seq < s.to_seq
+            UNION ALL
+            SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
+               AND s.from_seq <= p_seq) x
+     ORDER BY x.from_seq, x.ord;
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._heads_at(p_graph_id bigint, p_seq bigint,
+                                             p_semantic_only boolean)
+RETURNS TABLE (key text, version integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 100 AS $$
+BEGIN
+  IF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+     WHERE h.graph_id = p_graph_id
+       AND (NOT p_semantic_only OR starts_with(h.key, 'semantic:'))
+     ORDER BY h.key COLLATE "C";
+  ELSE
+    -- As in _frontier_at: the box test is the index condition, the integer tests after
+    -- it are exact whatever float8 rounding the boxes carry, and the graph is named for
+    -- Citus.
+    RETURN QUERY
+    SELECT x.key, x.version, x.seq
+      FROM (SELECT v.key, v.version, v.node_seq AS seq FROM cwstore.key_versions v
+             WHERE v.graph_id = p_graph_id
+               AND cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND v.to_seq <> cwstore.infinity_seq()
+               AND v.node_seq <= p_seq AND p_seq < v.to_seq
+            UNION ALL
+            SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+             WHERE h.graph_id = p_graph_id AND h.head_seq <= p_seq) x
+     WHERE NOT p_semantic_only OR starts_with(x.key, 'semantic:')
+     ORDER BY x.key COLLATE "C";
+  END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
