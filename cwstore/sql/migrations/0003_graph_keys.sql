@@ -548,6 +548,46 @@ BEGIN
   RETURN FOUND;
 END $$;
 
+-- Row-level security without sub-selects in the policies (Citus refuses those): each
+-- policy calls a function of its row's tenant or graph_id.
+
+-- _sees_tenant(tenant): whether current_user reads the graphs of that tenant: a member
+-- (directly or not) of a role listed for it in tenant_members, or of the owner of
+-- schema cwstore. A role listed but since dropped grants nothing.
+CREATE FUNCTION cwstore._sees_tenant(p_tenant text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN p_tenant IN (SELECT m.tenant FROM cwstore.tenant_members m
+                       WHERE pg_catalog.pg_has_role(current_user,
+                               pg_catalog.to_regrole(pg_catalog.quote_ident(m.member)),
+                               'MEMBER'))
+      OR pg_catalog.pg_has_role(current_user,
+                                (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                  WHERE n.nspname = 'cwstore'), 'MEMBER');
+END $$;
+
+-- _sees_graph(graph_id): whether current_user sees that graph's row (the graphs
+-- policy decides); false for a graph_id with no graph.
+CREATE FUNCTION cwstore._sees_graph(p_graph_id bigint) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM cwstore.graphs g WHERE g.graph_id = p_graph_id);
+END $$;
+
+ALTER POLICY graphs_tenant ON cwstore.graphs USING (cwstore._sees_tenant(tenant));
+ALTER POLICY nodes_tenant ON cwstore.nodes USING (cwstore._sees_graph(graph_id));
+ALTER POLICY edges_tenant ON cwstore.edges USING (cwstore._sees_graph(graph_id));
+ALTER POLICY frontier_spans_tenant ON cwstore.frontier_spans
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY frontier_declarations_tenant ON cwstore.frontier_declarations
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY key_versions_tenant ON cwstore.key_versions
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY key_heads_tenant ON cwstore.key_heads
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY kind_counts_tenant ON cwstore.kind_counts
+  USING (cwstore._sees_graph(graph_id));
+
 -- 60_write_api
 
 CREATE OR REPLACE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
