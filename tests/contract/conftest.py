@@ -26,12 +26,7 @@ CLIENTS = ["asyncpg", "psycopg-sync"]
 # What does not hold yet on Citus (docs/scaling.md, "Limits"): marked as expected to
 # fail there, strictly, so that each one that starts to pass fails the run until its
 # line is removed. Keyed by "file::test" (every client's parameter).
-CITUS_KNOWN_FAILURES = {
-    "test_sql_door.py::test_declare_frontier_waits_for_the_graph_lock": (
-        "the wait happens between worker backends; pg_blocking_pids on the coordinator"
-        " does not see it"
-    ),
-}
+CITUS_KNOWN_FAILURES: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
