@@ -7,7 +7,10 @@
 -- UNIQUE (name): it could be spread by neither. With graph_id = graph_key(name) (and the
 -- check graphs_key_check), the primary key alone keeps names unique and a name finds its
 -- row by the key. The triggers' statements that joined the transition table to graphs
--- cannot be planned by Citus on a shard; they now read it into arrays first.
+-- cannot be planned by Citus on a shard; they now read it into arrays first. The
+-- row-level security policies call functions (_sees_tenant, _sees_graph) instead of
+-- holding sub-selects, which Citus refuses; the as-of reads (_frontier_at, _heads_at)
+-- name the graph, so that Citus sends them to one shard.
 --
 -- The definitions below are those of cwstore/sql/schema/ (10_helpers, 20_tables,
 -- 40_derive, 50_tenancy, 60_write_api, 70_read_api, 80_listeners), where they are
