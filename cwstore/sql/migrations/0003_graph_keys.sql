@@ -259,7 +259,7 @@ $body$;
 
 CREATE OR REPLACE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger
 LANGUAGE plpgsql
-SET work_mem = '64MB' AS $body$
+SET work_mem = '64MB' SET jit = off AS $body$
 DECLARE
   r record;
   nd record;

@@ -35,8 +35,9 @@ END $$;
 -- one-node append would be reused for a 100,000-node import and the other way round.
 -- For batches of up to 256 rows, _nodes_inserted_small derives with a loop of short
 -- index lookups and writes per node; for larger ones, _nodes_inserted_bulk with
--- set-based statements over the whole transition table (and more work_mem: it sorts
--- and hashes whole batches). Both fire; the one not concerned returns at once. The test
+-- set-based statements over the whole batch (and more work_mem: it sorts and hashes
+-- whole batches; no JIT: its statements over unnest() have no statistics, their cost
+-- estimates run high, and compiling them took longer than running them). Both fire; the one not concerned returns at once. The test
 -- suites run both: appends and small imports take the loop, large imports the sets.
 --
 -- The two bodies are the same text but for the size guard and how they derive, each
@@ -227,7 +228,7 @@ $body$;
 
 CREATE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger
 LANGUAGE plpgsql
-SET work_mem = '64MB' AS $body$
+SET work_mem = '64MB' SET jit = off AS $body$
 DECLARE
   r record;
   nd record;
