@@ -18,11 +18,11 @@
 --     and did not wait for an uncommitted append's lock in tests/contract.
 --
 -- What Citus cannot do and what replaces it:
---   * row-level security policies with sub-selects: the policies of 50_tenancy.sql are
---     dropped, and row-level security stays enabled with no policy, so a role that is
---     not unrestricted (cwstore.sees_all) reads no row of these tables directly: it
---     reads through the public read functions, which check the graph's tenant
---     (cwstore._graph) as on one server.
+--   * row-level security policies with sub-selects: the policies of 50_tenancy.sql call
+--     functions instead (cwstore._sees_tenant, cwstore._sees_graph), which Citus keeps
+--     on every shard and evaluates on the workers as the querying role. Those two read
+--     tenant_members (a reference table) and graphs (the row's own graph, on the same
+--     worker) from inside a query on a shard, which Citus allows only when told so.
 --   * triggers on distributed tables: allowed here (citus.enable_unsafe_triggers, for
 --     this transaction only); they fire on the shards, on the workers, and read and
 --     write only their own graph's rows, so they stay on the local shard group.
@@ -42,15 +42,6 @@ BEGIN
       MESSAGE = 'cwstore init --citus needs the citus extension in this database',
       HINT = 'CREATE EXTENSION citus, and add the workers (citus_add_node), first';
   END IF;
-
-  FOREACH t IN ARRAY ARRAY['graphs_tenant graphs', 'nodes_tenant nodes', 'edges_tenant edges',
-                           'frontier_spans_tenant frontier_spans',
-                           'frontier_declarations_tenant frontier_declarations',
-                           'key_versions_tenant key_versions', 'key_heads_tenant key_heads',
-                           'kind_counts_tenant kind_counts'] LOOP
-    EXECUTE format('DROP POLICY IF EXISTS %I ON cwstore.%I', split_part(t, ' ', 1),
-                   split_part(t, ' ', 2));
-  END LOOP;
 
   FOREACH t IN ARRAY ARRAY['tenant_members', 'listeners', 'schema_migrations'] LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
@@ -85,3 +76,9 @@ ALTER FUNCTION cwstore._frontier_at(bigint, bigint)
   SET citus.allow_nested_distributed_execution = on;
 ALTER FUNCTION cwstore._heads_at(bigint, bigint, boolean)
   SET citus.allow_nested_distributed_execution = on;
+
+-- The functions the row-level security policies call (50_tenancy.sql): evaluated on a
+-- shard, on its worker, each reads a reference table (tenant_members) or the row's own
+-- graph (graphs, co-located with the row), both on that worker.
+ALTER FUNCTION cwstore._sees_tenant(text) SET citus.allow_nested_distributed_execution = on;
+ALTER FUNCTION cwstore._sees_graph(bigint) SET citus.allow_nested_distributed_execution = on;

@@ -165,6 +165,32 @@ def test_an_append_is_single_shard_statements_without_two_phase_commit(db_dsn: s
     assert length == (4,)
 
 
+def test_as_of_reads_go_to_the_graphs_one_shard(db_dsn: str) -> None:
+    graph = f"asof-{uuid.uuid4().hex}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, graph, _chain(4, key="doc"))
+        conn.execute("SET citus.enable_stat_counters = on")
+        conn.execute(
+            "SELECT citus_stat_counters_reset(oid) FROM pg_database"
+            " WHERE datname = current_database()"
+        )
+        frontier = conn.execute(
+            "SELECT position, seq FROM cwstore._frontier_at(cwstore.graph_key(%s), 2)", (graph,)
+        ).fetchall()
+        heads = conn.execute(
+            "SELECT key, version, seq FROM cwstore._heads_at(cwstore.graph_key(%s), 3, false)",
+            (graph,),
+        ).fetchall()
+        row = conn.execute(
+            "SELECT query_execution_single_shard, query_execution_multi_shard"
+            " FROM pg_database d, citus_stat_counters(d.oid) c"
+            " WHERE d.datname = current_database()"
+        ).fetchone()
+    assert frontier == [(0, 2)]
+    assert heads == [("doc", 2, 3)]
+    assert row is not None and row[0] > 0 and row[1] == 0, row
+
+
 def test_the_all_graphs_feed_is_refused_on_citus(db_dsn: str) -> None:
     """tail_all's xid cursor is per node on a cluster: refused, saying why, not served
     with nodes skipped or repeated."""

@@ -26,24 +26,7 @@ CLIENTS = ["asyncpg", "psycopg-sync"]
 # What does not hold yet on Citus (docs/scaling.md, "Limits"): marked as expected to
 # fail there, strictly, so that each one that starts to pass fails the run until its
 # line is removed. Keyed by "file::test" (every client's parameter).
-_BULK = "the nodes trigger's set-based path (batches over 256 nodes) is refused by Citus"
-_RLS = (
-    "restricted roles read no row of the tables directly on Citus (its policies cannot"
-    " hold sub-selects): graphs() and the clients' direct reads"
-)
-CITUS_KNOWN_FAILURES = {
-    "test_import_export.py::test_large_session_round_trip": _BULK,
-    "test_tenancy.py::test_a_large_import_by_a_writer_goes_through_in_slices": _BULK,
-    "test_tenancy.py::test_a_refused_import_by_a_writer_leaves_nothing": _BULK,
-    "test_tenancy.py::test_a_writer_appends_and_imports_into_its_tenant": _RLS,
-    "test_tenancy.py::test_a_reader_of_the_tenant_reads_but_cannot_write": _RLS,
-    "test_tenancy.py::test_a_reader_reads_what_the_owner_reads": _RLS,
-    "test_tenancy.py::test_the_owner_picks_any_tenant": _RLS,
-    "test_sql_door.py::test_declare_frontier_waits_for_the_graph_lock": (
-        "the wait happens between worker backends; pg_blocking_pids on the coordinator"
-        " does not see it"
-    ),
-}
+CITUS_KNOWN_FAILURES: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

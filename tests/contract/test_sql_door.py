@@ -340,18 +340,24 @@ def test_a_retry_that_writes_nothing_keeps_the_newer_frontier(door: Door, writer
 
 def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> None:
     """declare_frontier_v1 takes the graph's lock: racing an uncommitted append, it
-    waits, then declares at the new length; the stored frontier is the declared one."""
+    waits, then declares at the new length; the stored frontier is the declared one.
+
+    The wait is seen in pg_blocking_pids on one server; on Citus it happens between
+    worker backends, and is seen in citus_lock_waits by the sessions' global pids."""
     b = GraphBuilder()
     b.system("contract")
     a = b.goal("A")
     g = graph_name()
     append(writer, g, [b.nodes[0], a])
     gid = _one(writer, "SELECT cwstore.ensure_graph_v1(%s)", g)
+    citus = bool(_one(writer, "SELECT count(*) FROM pg_extension WHERE extname = 'citus'"))
     c = b.inference("C", parents=[a["id"]])
     errors: list[BaseException] = []
+    waiter: list[int] = []
     with psycopg.connect(door.writer) as t1:
         append(t1, g, [c])  # uncommitted: holds the graph row
         pid = t1.info.backend_pid
+        blocker = _one(t1, "SELECT citus_backend_gpid()") if citus else pid
 
         def declare() -> None:
             try:
@@ -359,6 +365,8 @@ def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> N
                     t2.execute(
                         "SELECT set_config('application_name', %s, false)", (f"declare-{pid}",)
                     )
+                    if citus:
+                        waiter.append(_one(t2, "SELECT citus_backend_gpid()"))
                     t2.execute("SELECT cwstore.declare_frontier_v1(%s, %s)", (gid, [a["id"]]))
             except BaseException as exc:
                 errors.append(exc)
@@ -369,15 +377,26 @@ def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> N
             deadline = time.monotonic() + 10
             waiting = False
             while time.monotonic() < deadline and th.is_alive() and not waiting:
-                waiting = bool(
-                    _one(
-                        adm,
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                        " AND %s = ANY (pg_blocking_pids(pid))",
-                        f"declare-{pid}",
-                        pid,
+                if citus:
+                    waiting = bool(waiter) and bool(
+                        _one(
+                            adm,
+                            "SELECT count(*) FROM citus_lock_waits"
+                            " WHERE waiting_gpid = %s AND blocking_gpid = %s",
+                            waiter[0],
+                            blocker,
+                        )
                     )
-                )
+                else:
+                    waiting = bool(
+                        _one(
+                            adm,
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                            " AND %s = ANY (pg_blocking_pids(pid))",
+                            f"declare-{pid}",
+                            pid,
+                        )
+                    )
                 time.sleep(0.02)
         t1.commit()
         th.join(10)

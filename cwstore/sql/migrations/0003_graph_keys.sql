@@ -7,7 +7,10 @@
 -- UNIQUE (name): it could be spread by neither. With graph_id = graph_key(name) (and the
 -- check graphs_key_check), the primary key alone keeps names unique and a name finds its
 -- row by the key. The triggers' statements that joined the transition table to graphs
--- cannot be planned by Citus on a shard; they now read it into arrays first.
+-- cannot be planned by Citus on a shard; they now read it into arrays first. The
+-- row-level security policies call functions (_sees_tenant, _sees_graph) instead of
+-- holding sub-selects, which Citus refuses; the as-of reads (_frontier_at, _heads_at)
+-- name the graph, so that Citus sends them to one shard.
 --
 -- The definitions below are those of cwstore/sql/schema/ (10_helpers, 20_tables,
 -- 40_derive, 50_tenancy, 60_write_api, 70_read_api, 80_listeners), where they are
@@ -256,7 +259,7 @@ $body$;
 
 CREATE OR REPLACE FUNCTION cwstore._nodes_inserted_bulk() RETURNS trigger
 LANGUAGE plpgsql
-SET work_mem = '64MB' AS $body$
+SET work_mem = '64MB' SET jit = off AS $body$
 DECLARE
   r record;
   nd record;
@@ -336,111 +339,165 @@ BEGIN
   END IF;
 
   -- not shared: how this function derives
-  -- Parents: resolve, check existence, order and uniqueness, and record the edges; then
-  -- close the frontier spans of parents and open spans for the new heads (SPEC 4's fold:
-  -- semantic nodes and parentless system nodes leave the frontier alone).
-  WITH p AS (
-    SELECT n.graph_id, n.seq AS child_seq, n.id AS child_id, u.ord::integer - 1 AS position,
-           u.pid, n.parents[u.ord - 1] AS prev_pid,
-           NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
-             AS folds
+  -- Set-based statements, graph by graph. Each graph's new rows are first read from
+  -- the transition table into arrays; the statements then work over unnest() of those
+  -- arrays and read and write the tables only where graph_id = the graph (Citus cannot
+  -- join a transition table to a distributed table on a shard; so it routes each
+  -- statement to the graph's local shard).
+  DECLARE
+    a_seq bigint[];
+    a_id text[];
+    a_kind text[];
+    a_folds boolean[];
+    p_child bigint[];
+    p_id text[];
+    p_pos integer[];
+    p_pid text[];
+    p_prev text[];
+    p_folds boolean[];
+    p_seq bigint[];
+    c_parent bigint[];
+    c_at bigint[];
+    k_key text[];
+    k_seq bigint[];
+    k_id text[];
+    k_parents text[];
+    v_key text[];
+    v_seq bigint[];
+    v_id text[];
+    v_version bigint[];
+    v_next bigint[];
+    v_first bigint[];
+    v_rn bigint[];
+    v_base bigint[];
+    b_kind text[];
+    b_n bigint[];
+  BEGIN
+  FOREACH v_gid IN ARRAY v_gids LOOP
+    SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
+           array_agg(n.kind ORDER BY n.seq),
+           array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+                     ORDER BY n.seq)
+      INTO a_seq, a_id, a_kind, a_folds
+      FROM new_nodes n WHERE n.graph_id = v_gid;
+
+    -- Parents: resolve, check existence, order and uniqueness, and record the edges;
+    -- then close the frontier spans of parents and open spans for the new heads (SPEC
+    -- 4's fold: semantic nodes and parentless system nodes leave the frontier alone).
+    SELECT array_agg(n.seq), array_agg(n.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
+           array_agg(n.parents[u.ord - 1]),
+           array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0)))
+      INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
       FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS u(pid, ord)
-  ), resolved AS (
-    SELECT p.graph_id, p.child_seq, p.position, p.folds,
-           CASE
-             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p.graph_id,
-               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-               format('parent %s does not exist', p.pid))
-             WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p.graph_id,
-               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-               format('parent %s is not earlier in sequence', p.pid))
-             WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
-               THEN cwstore._violation('parent_order', p.graph_id, p.child_seq, p.child_id,
-               format('$.parents[%s]', p.position),
-               'parents must be sorted ascending and listed once')
-             ELSE m.seq
-           END AS parent_seq
-      FROM p
+     WHERE n.graph_id = v_gid;
+    IF p_child IS NOT NULL THEN
       -- Parents in the batch itself are found by a join with it; only the others are
       -- looked up one by one in the index (never a scan of the whole table).
-      LEFT JOIN new_nodes b ON b.graph_id = p.graph_id AND b.id = p.pid
-      LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
-                                                 WHERE m.graph_id = p.graph_id
-                                                   AND m.id = p.pid LIMIT 1)) AS seq) m
-        ON true
-  ), ins AS (
-    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-    SELECT graph_id, child_seq, position, parent_seq FROM resolved
-  ), closes AS (
-    SELECT graph_id, parent_seq, min(child_seq) AS close_seq
-      FROM resolved WHERE folds
-     GROUP BY graph_id, parent_seq
-  ), closed AS (
-    -- Only open spans (the partial index), so this join stays small at any size.
-    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
-      FROM closes c
-     WHERE s.graph_id = c.graph_id AND s.head_seq = c.parent_seq
-       AND s.to_seq = cwstore.infinity_seq()
-  )
-  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-  SELECT n.graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
-    FROM new_nodes n LEFT JOIN closes c ON c.graph_id = n.graph_id AND c.parent_seq = n.seq
-   WHERE NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0));
+      SELECT array_agg(
+               CASE
+                 WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', v_gid,
+                   p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                   format('parent %s does not exist', p.pid))
+                 WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', v_gid,
+                   p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                   format('parent %s is not earlier in sequence', p.pid))
+                 WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+                   THEN cwstore._violation('parent_order', v_gid, p.child_seq, p.child_id,
+                   format('$.parents[%s]', p.position),
+                   'parents must be sorted ascending and listed once')
+                 ELSE m.seq
+               END ORDER BY p.o)
+        INTO p_seq
+        FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
+               WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
+        LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
+        LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                                   WHERE m.graph_id = v_gid
+                                                     AND m.id = p.pid LIMIT 1)) AS seq) m
+          ON true;
+      INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+      SELECT v_gid, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
+      SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
+        FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
+                FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
+               WHERE u.f GROUP BY u.s) x;
+      -- Only open spans (the partial index), so this join stays small at any size.
+      UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+        FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+       WHERE s.graph_id = v_gid AND s.head_seq = c.parent_seq
+         AND s.to_seq = cwstore.infinity_seq();
+    ELSE
+      c_parent := NULL;
+      c_at := NULL;
+    END IF;
+    INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+    SELECT v_gid, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+      FROM unnest(a_seq, a_folds) AS n(seq, folds)
+      LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+     WHERE n.folds;
 
-  -- Resource chains: the first new version of a key must link to the key's head, each
-  -- later one in the batch to the one before it. A node that does not is a lost race
-  -- (CW410), whoever wrote it.
-  IF v_keyed THEN
-  WITH k AS (
-    SELECT k.*, h.version AS base_version, h.head_seq,
-           CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
-      FROM (SELECT n.graph_id, n.resource_key AS key, n.seq, n.id, n.parents,
-                   row_number() OVER w AS rn, lag(n.id) OVER w AS prev_id,
-                   lead(n.seq) OVER w AS next_seq, first_value(n.seq) OVER w AS batch_first
-              FROM new_nodes n
-             WHERE n.resource_key IS NOT NULL
-            WINDOW w AS (PARTITION BY n.graph_id, n.resource_key ORDER BY n.seq)) k
-      LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
-                          WHERE h.graph_id = k.graph_id AND h.key = k.key LIMIT 1) h ON true
-  ), checked AS (
-    SELECT k.*,
-           CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
-                THEN coalesce(k.base_version, 0) + k.rn
-                ELSE cwstore._chain_conflict(k.graph_id, k.key, k.seq, k.id, k.expected,
-                                             k.parents)
-           END AS version
-      FROM k
-  ), ins AS (
-    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-    SELECT graph_id, key, version, seq, coalesce(next_seq, cwstore.infinity_seq())
-      FROM checked
-    RETURNING 1
-  ), upd AS (
-    UPDATE cwstore.key_versions v SET to_seq = c.seq
-      FROM checked c
-     WHERE c.rn = 1 AND c.head_seq IS NOT NULL
-       AND v.graph_id = c.graph_id AND v.key = c.key AND v.node_seq = c.head_seq
-    RETURNING 1
-  )
-  INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
-  SELECT graph_id, key, seq, id, version, batch_first
-    FROM checked WHERE next_seq IS NULL
-  ON CONFLICT (graph_id, key) DO UPDATE
-    SET head_seq = excluded.head_seq, head_id = excluded.head_id, version = excluded.version;
-  END IF;
+    -- Resource chains: the first new version of a key must link to the key's head, each
+    -- later one in the batch to the one before it. A node that does not is a lost race
+    -- (CW410), whoever wrote it.
+    IF v_keyed THEN
+      SELECT array_agg(n.resource_key ORDER BY n.seq), array_agg(n.seq ORDER BY n.seq),
+             array_agg(n.id ORDER BY n.seq), array_agg(n.parents::text ORDER BY n.seq)
+        INTO k_key, k_seq, k_id, k_parents
+        FROM new_nodes n WHERE n.graph_id = v_gid AND n.resource_key IS NOT NULL;
+      IF k_key IS NOT NULL THEN
+        WITH k AS (
+          SELECT k.*, h.version AS base_version, h.head_seq,
+                 CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+            FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
+                         row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
+                         lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
+                    FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
+                  WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
+            LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                                WHERE h.graph_id = v_gid AND h.key = k.key LIMIT 1) h ON true
+        )
+        SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
+               array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                              THEN coalesce(k.base_version, 0) + k.rn
+                              ELSE cwstore._chain_conflict(v_gid, k.key, k.seq, k.id,
+                                                           k.expected, k.parents)
+                         END),
+               array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
+               array_agg(k.head_seq)
+          INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
+          FROM k;
+        UPDATE cwstore.key_versions v SET to_seq = c.seq
+          FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
+         WHERE c.rn = 1 AND c.head_seq IS NOT NULL
+           AND v.graph_id = v_gid AND v.key = c.key AND v.node_seq = c.head_seq;
+        INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+        SELECT v_gid, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
+          FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
+        INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+        SELECT v_gid, u.key, u.seq, u.id, u.version, u.batch_first
+          FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
+                 AS u(key, seq, id, version, next_seq, batch_first)
+         WHERE u.next_seq IS NULL
+        ON CONFLICT (graph_id, key) DO UPDATE
+          SET head_seq = excluded.head_seq, head_id = excluded.head_id,
+              version = excluded.version;
+      END IF;
+    END IF;
 
-  -- Running counts by kind.
-  WITH base AS MATERIALIZED (
-    SELECT d.graph_id, d.kind,
-           coalesce((SELECT k.n FROM cwstore.kind_counts k
-                      WHERE k.graph_id = d.graph_id AND k.kind = d.kind
-                      ORDER BY k.seq DESC LIMIT 1), 0) AS n
-      FROM (SELECT DISTINCT graph_id, kind FROM new_nodes) d
-  )
-  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-  SELECT n.graph_id, n.kind, n.seq,
-         b.n + row_number() OVER (PARTITION BY n.graph_id, n.kind ORDER BY n.seq)
-    FROM new_nodes n JOIN base b ON b.graph_id = n.graph_id AND b.kind = n.kind;
+    -- Running counts by kind.
+    SELECT array_agg(d.kind), array_agg(
+             coalesce((SELECT k.n FROM cwstore.kind_counts k
+                        WHERE k.graph_id = v_gid AND k.kind = d.kind
+                        ORDER BY k.seq DESC LIMIT 1), 0))
+      INTO b_kind, b_n
+      FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
+    INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+    SELECT v_gid, n.kind, n.seq,
+           b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
+      FROM unnest(a_seq, a_kind) AS n(seq, kind)
+      JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+  END LOOP;
+  END;
   -- end not shared
 
   -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
@@ -493,6 +550,46 @@ BEGIN
   DELETE FROM cwstore.tenant_members WHERE tenant = p_tenant AND member = p_role;
   RETURN FOUND;
 END $$;
+
+-- Row-level security without sub-selects in the policies (Citus refuses those): each
+-- policy calls a function of its row's tenant or graph_id.
+
+-- _sees_tenant(tenant): whether current_user reads the graphs of that tenant: a member
+-- (directly or not) of a role listed for it in tenant_members, or of the owner of
+-- schema cwstore. A role listed but since dropped grants nothing.
+CREATE FUNCTION cwstore._sees_tenant(p_tenant text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN p_tenant IN (SELECT m.tenant FROM cwstore.tenant_members m
+                       WHERE pg_catalog.pg_has_role(current_user,
+                               pg_catalog.to_regrole(pg_catalog.quote_ident(m.member)),
+                               'MEMBER'))
+      OR pg_catalog.pg_has_role(current_user,
+                                (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                  WHERE n.nspname = 'cwstore'), 'MEMBER');
+END $$;
+
+-- _sees_graph(graph_id): whether current_user sees that graph's row (the graphs
+-- policy decides); false for a graph_id with no graph.
+CREATE FUNCTION cwstore._sees_graph(p_graph_id bigint) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM cwstore.graphs g WHERE g.graph_id = p_graph_id);
+END $$;
+
+ALTER POLICY graphs_tenant ON cwstore.graphs USING (cwstore._sees_tenant(tenant));
+ALTER POLICY nodes_tenant ON cwstore.nodes USING (cwstore._sees_graph(graph_id));
+ALTER POLICY edges_tenant ON cwstore.edges USING (cwstore._sees_graph(graph_id));
+ALTER POLICY frontier_spans_tenant ON cwstore.frontier_spans
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY frontier_declarations_tenant ON cwstore.frontier_declarations
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY key_versions_tenant ON cwstore.key_versions
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY key_heads_tenant ON cwstore.key_heads
+  USING (cwstore._sees_graph(graph_id));
+ALTER POLICY kind_counts_tenant ON cwstore.kind_counts
+  USING (cwstore._sees_graph(graph_id));
 
 -- 60_write_api
 
@@ -891,6 +988,70 @@ BEGIN
 END $$;
 
 -- 70_read_api
+
+-- _frontier_at and _heads_at: the as-of queries name the graph (on Citus, one shard).
+
+CREATE OR REPLACE FUNCTION cwstore._frontier_at(p_graph_id bigint, p_seq bigint)
+RETURNS TABLE ("position" integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+BEGIN
+  IF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY s.from_seq, s.ord))::integer - 1, s.head_seq
+      FROM cwstore.frontier_spans s
+     WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
+     ORDER BY s.from_seq, s.ord;
+  ELSE
+    -- The box test is the index condition (it implies the graph: boxes of different
+    -- graphs are apart); the integer tests after it are exact whatever float8 rounding
+    -- the boxes carry. The graph is named all the same: on Citus that sends the query
+    -- to the graph's one shard, not to every shard.
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
+      FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+             WHERE s.graph_id = p_graph_id
+               AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND s.to_seq <> cwstore.infinity_seq()
+               AND s.from_seq <= p_seq AND p_seq < s.to_seq
+            UNION ALL
+            SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
+               AND s.from_seq <= p_seq) x
+     ORDER BY x.from_seq, x.ord;
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._heads_at(p_graph_id bigint, p_seq bigint,
+                                             p_semantic_only boolean)
+RETURNS TABLE (key text, version integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 100 AS $$
+BEGIN
+  IF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+     WHERE h.graph_id = p_graph_id
+       AND (NOT p_semantic_only OR starts_with(h.key, 'semantic:'))
+     ORDER BY h.key COLLATE "C";
+  ELSE
+    -- As in _frontier_at: the box test is the index condition, the integer tests after
+    -- it are exact whatever float8 rounding the boxes carry, and the graph is named for
+    -- Citus.
+    RETURN QUERY
+    SELECT x.key, x.version, x.seq
+      FROM (SELECT v.key, v.version, v.node_seq AS seq FROM cwstore.key_versions v
+             WHERE v.graph_id = p_graph_id
+               AND cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND v.to_seq <> cwstore.infinity_seq()
+               AND v.node_seq <= p_seq AND p_seq < v.to_seq
+            UNION ALL
+            SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+             WHERE h.graph_id = p_graph_id AND h.head_seq <= p_seq) x
+     WHERE NOT p_semantic_only OR starts_with(x.key, 'semantic:')
+     ORDER BY x.key COLLATE "C";
+  END IF;
+END $$;
 
 CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
 LANGUAGE plpgsql STABLE AS $$

@@ -113,48 +113,67 @@ COMMENT ON FUNCTION cwstore.remove_tenant_member(text, name) IS
 -- ---------------------------------------------------------------------------------
 
 -- Every other table is visible through its graph's row, so one rule, graphs', decides
--- for all. It is sees_all and tenants_of written out, not called: a policy's text is
--- planned with the query (and cached with it), while a SQL function call with
--- sub-selects is planned again at every execution. The sub-selects that do not depend
--- on the row run once per query; each row is then a hash probe.
+-- for all. Each policy calls a function of its own row's tenant or graph_id, and no
+-- sub-select is written in a policy: Citus refuses policies with sub-selects, while a
+-- policy calling a function is kept on every shard and evaluated there, on the worker,
+-- as the role that queries (citus.sql lets these two functions read the shards they
+-- name from there); plpgsql, as Citus cannot plan a SQL function's parameterized
+-- query. They run as the caller (not SECURITY DEFINER), so the graphs policy applies
+-- inside _sees_graph: a graph_id is visible when its graph is. Superusers and BYPASSRLS
+-- roles are not subject to policies at all. The cost: one function call per row a
+-- restricted role reads directly (the owner's reads and the read functions pay none).
 --
 -- Row-level security also keeps PostgreSQL from using an index through an operator
 -- that is not LEAKPROOF (the GiST box test of the frontier history, starts_with):
 -- such a test is applied after the policy, as a filter. So the public read functions
 -- below run as their owner, with their indexes, after checking the graph once
 -- (cwstore._graph), and row-level security guards the tables for every other query.
+
+-- _sees_tenant(tenant): whether current_user reads the graphs of that tenant: a member
+-- (directly or not) of a role listed for it in tenant_members, or of the owner of
+-- schema cwstore. A role listed but since dropped grants nothing.
+CREATE FUNCTION cwstore._sees_tenant(p_tenant text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN p_tenant IN (SELECT m.tenant FROM cwstore.tenant_members m
+                       WHERE pg_catalog.pg_has_role(current_user,
+                               pg_catalog.to_regrole(pg_catalog.quote_ident(m.member)),
+                               'MEMBER'))
+      OR pg_catalog.pg_has_role(current_user,
+                                (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                  WHERE n.nspname = 'cwstore'), 'MEMBER');
+END $$;
+
+-- _sees_graph(graph_id): whether current_user sees that graph's row (the graphs
+-- policy decides); false for a graph_id with no graph.
+CREATE FUNCTION cwstore._sees_graph(p_graph_id bigint) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM cwstore.graphs g WHERE g.graph_id = p_graph_id);
+END $$;
+
 ALTER TABLE cwstore.graphs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY graphs_tenant ON cwstore.graphs
-  USING (tenant IN (SELECT m.tenant FROM cwstore.tenant_members m
-                      JOIN pg_catalog.pg_roles r ON r.rolname = m.member
-                     WHERE pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER'))
-         OR (SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_roles r
-              WHERE r.rolname = current_user)
-         OR pg_catalog.pg_has_role(current_user,
-                                   (SELECT n.nspowner FROM pg_catalog.pg_namespace n
-                                     WHERE n.nspname = 'cwstore'), 'MEMBER'));
+CREATE POLICY graphs_tenant ON cwstore.graphs USING (cwstore._sees_tenant(tenant));
 
 ALTER TABLE cwstore.nodes ENABLE ROW LEVEL SECURITY;
-CREATE POLICY nodes_tenant ON cwstore.nodes
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+CREATE POLICY nodes_tenant ON cwstore.nodes USING (cwstore._sees_graph(graph_id));
 ALTER TABLE cwstore.edges ENABLE ROW LEVEL SECURITY;
-CREATE POLICY edges_tenant ON cwstore.edges
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+CREATE POLICY edges_tenant ON cwstore.edges USING (cwstore._sees_graph(graph_id));
 ALTER TABLE cwstore.frontier_spans ENABLE ROW LEVEL SECURITY;
 CREATE POLICY frontier_spans_tenant ON cwstore.frontier_spans
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+  USING (cwstore._sees_graph(graph_id));
 ALTER TABLE cwstore.frontier_declarations ENABLE ROW LEVEL SECURITY;
 CREATE POLICY frontier_declarations_tenant ON cwstore.frontier_declarations
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+  USING (cwstore._sees_graph(graph_id));
 ALTER TABLE cwstore.key_versions ENABLE ROW LEVEL SECURITY;
 CREATE POLICY key_versions_tenant ON cwstore.key_versions
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+  USING (cwstore._sees_graph(graph_id));
 ALTER TABLE cwstore.key_heads ENABLE ROW LEVEL SECURITY;
 CREATE POLICY key_heads_tenant ON cwstore.key_heads
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+  USING (cwstore._sees_graph(graph_id));
 ALTER TABLE cwstore.kind_counts ENABLE ROW LEVEL SECURITY;
 CREATE POLICY kind_counts_tenant ON cwstore.kind_counts
-  USING (graph_id IN (SELECT g.graph_id FROM cwstore.graphs g));
+  USING (cwstore._sees_graph(graph_id));
 
 -- ---------------------------------------------------------------------------------
 -- grants for the roles cwstore_reader and cwstore_writer

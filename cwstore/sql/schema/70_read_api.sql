@@ -109,11 +109,13 @@ BEGIN
   ELSE
     -- The box test is the index condition (it implies the graph: boxes of different
     -- graphs are apart); the integer tests after it are exact whatever float8 rounding
-    -- the boxes carry.
+    -- the boxes carry. The graph is named all the same: on Citus that sends the query
+    -- to the graph's one shard, not to every shard.
     RETURN QUERY
     SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
       FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
-             WHERE cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
+             WHERE s.graph_id = p_graph_id
+               AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
                    @> cwstore.at_box(p_graph_id, p_seq)
                AND s.to_seq <> cwstore.infinity_seq()
                AND s.from_seq <= p_seq AND p_seq < s.to_seq
@@ -146,11 +148,13 @@ BEGIN
      ORDER BY h.key COLLATE "C";
   ELSE
     -- As in _frontier_at: the box test is the index condition, the integer tests after
-    -- it are exact whatever float8 rounding the boxes carry.
+    -- it are exact whatever float8 rounding the boxes carry, and the graph is named for
+    -- Citus.
     RETURN QUERY
     SELECT x.key, x.version, x.seq
       FROM (SELECT v.key, v.version, v.node_seq AS seq FROM cwstore.key_versions v
-             WHERE cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
+             WHERE v.graph_id = p_graph_id
+               AND cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
                    @> cwstore.at_box(p_graph_id, p_seq)
                AND v.to_seq <> cwstore.infinity_seq()
                AND v.node_seq <= p_seq AND p_seq < v.to_seq
