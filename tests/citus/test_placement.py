@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from support import GRAPH_TABLES
 
 from cwstore.identity import compute_id
 
@@ -23,16 +24,6 @@ pytestmark = pytest.mark.skipif(
     reason="CWSTORE_TEST_CITUS_DSN is not set: no Citus cluster for these tests",
 )
 
-GRAPH_TABLES = [
-    "graphs",
-    "nodes",
-    "edges",
-    "frontier_spans",
-    "frontier_declarations",
-    "key_versions",
-    "key_heads",
-    "kind_counts",
-]
 REFERENCE_TABLES = ["listeners", "schema_migrations", "tenant_members"]
 
 

@@ -19,6 +19,7 @@ import asyncpg
 import psycopg
 import pytest
 from psycopg import sql
+from support import GRAPH_TABLES
 
 from cwstore._migration_plan import _BOOTSTRAP
 from cwstore._sql import Migration, migrations
@@ -426,15 +427,7 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
         f'{{"id":"cw_{2:024x}","kind":"answer","parents":["cw_{1:024x}"],"payload":{{"i":2}},'
         '"createdAt":"2025-01-01T00:00:01Z","resourceKey":"doc"}',
     ]
-    tables = [
-        "nodes",
-        "edges",
-        "frontier_spans",
-        "frontier_declarations",
-        "key_versions",
-        "key_heads",
-        "kind_counts",
-    ]
+    tables = GRAPH_TABLES[1:]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert apply_migrations_sync(conn, upto) == [1, 2]
         for g in ("a", "b"):

@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from support import GRAPH_TABLES
 from support.documents import EXAMPLE_FRONTIER, example_turn
 from support.reliability import CLIENTS, T0, Client, assert_graph
 
@@ -46,17 +47,6 @@ NAMES: dict[str, str] = {
     ),
 }
 
-TABLES = [
-    "graphs",
-    "nodes",
-    "edges",
-    "frontier_spans",
-    "frontier_declarations",
-    "key_versions",
-    "key_heads",
-    "kind_counts",
-]
-
 
 def _goal(parents: list[str], text: str) -> dict[str, Any]:
     ps = sorted(parents)
@@ -71,7 +61,7 @@ def _goal(parents: list[str], text: str) -> dict[str, Any]:
 
 
 async def _tables_intact(aconn: asyncpg.Connection) -> None:
-    for table in TABLES:
+    for table in GRAPH_TABLES:
         assert await aconn.fetchval("SELECT to_regclass($1)", f"cwstore.{table}"), table
     assert await aconn.fetchval("SELECT count(*) FROM cwstore.schema_migrations") > 0
 

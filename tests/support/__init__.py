@@ -13,3 +13,15 @@ from pathlib import Path
 
 EXAMPLE_FILE = Path(__file__).with_name("stateweave_turn.json")
 """One turn the runtime wrote (its ids computed by the runtime), byte for byte."""
+
+GRAPH_TABLES = [
+    "graphs",
+    "nodes",
+    "edges",
+    "frontier_spans",
+    "frontier_declarations",
+    "key_versions",
+    "key_heads",
+    "kind_counts",
+]
+"""cwstore's tables keyed by graph (``graph_id``), ``graphs`` first."""
