@@ -49,6 +49,7 @@ from rich.table import Table
 
 from cwstore import AgentState, CausalNode, compute_id, fold_frontier
 from cwstore._store_base import COPY_COLUMNS
+from cwstore.document import nodes_from_objs
 from cwstore.jsontext import dumps
 
 HERE = Path(__file__).resolve().parent
@@ -248,7 +249,7 @@ def as_model(doc: dict[str, Any]) -> AgentState:
     """An unvalidated model, for setting up graphs that are not themselves measured."""
     return AgentState.model_construct(
         version=1,
-        nodes=tuple(CausalNode.from_obj(n) for n in doc["nodes"]),
+        nodes=nodes_from_objs(doc["nodes"]),
         frontier=tuple(doc["frontier"]),
     )
 

@@ -22,6 +22,7 @@ from .document import (
     CausalNode,
     Vocabulary,
     check_nodes,
+    nodes_from_objs,
     parse_document,
     sort_parents,
     validate,
@@ -479,7 +480,7 @@ def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
     """An :class:`AgentState` from the nodes' JSON array text (parsed once, in C)."""
     nodes = jsontext.loads_stored(nodes_array)
     return AgentState.model_construct(
-        version=1, nodes=tuple(CausalNode.from_obj(n) for n in nodes), frontier=tuple(frontier)
+        version=1, nodes=nodes_from_objs(nodes), frontier=tuple(frontier)
     )
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from . import jsontext
 from .errors import InputError, ValidationError, Violation
@@ -51,6 +51,7 @@ __all__ = [
     "check_nodes",
     "fold_frontier",
     "is_sorted_js",
+    "nodes_from_objs",
     "parse_document",
     "resource_heads",
     "semantic_resource_key",
@@ -116,20 +117,34 @@ class CausalNode(BaseModel):
         """Build from a runtime JSON object that has already passed validation.
 
         :meth:`model_construct` with the runtime's names mapped to the fields, and
-        ``resource_key`` left unset when the node has none.
+        ``resource_key`` marked unset when the node has none. Every field is passed and
+        the fields-set given, so pydantic looks up no default (reading a state back is
+        mostly this call).
         """
-        fields: dict[str, Any] = {
-            "id": obj["id"],
-            "kind": obj["kind"],
-            "parents": tuple(obj["parents"]),
-            "payload": obj["payload"],
-            "created_at": obj["createdAt"],
-            "sequence": int(obj["sequence"]),
-        }
         key = obj.get("resourceKey")
-        if key is not None:
-            fields["resource_key"] = key
-        return cls.model_construct(**fields)
+        return cls.model_construct(
+            set(_NODE_FIELDS_SET if key is not None else _NODE_FIELDS_SET_NO_KEY),
+            id=obj["id"],
+            kind=obj["kind"],
+            parents=tuple(obj["parents"]),
+            payload=obj["payload"],
+            created_at=obj["createdAt"],
+            sequence=int(obj["sequence"]),
+            resource_key=key,
+        )
+
+
+_NODE_FIELDS_SET = frozenset(CausalNode.model_fields)
+_NODE_FIELDS_SET_NO_KEY = _NODE_FIELDS_SET - {"resource_key"}
+_NODE_TUPLE = TypeAdapter(tuple[CausalNode, ...])
+
+
+def nodes_from_objs(objs: Sequence[Mapping[str, Any]]) -> tuple[CausalNode, ...]:
+    """:class:`CausalNode` models of runtime JSON objects that have already passed
+    validation, built by pydantic's compiled validator in one call (reading a state back
+    is mostly this; it is about twice as fast as :meth:`CausalNode.from_obj` per node).
+    The models equal :meth:`CausalNode.from_obj`'s, fields-set included."""
+    return _NODE_TUPLE.validate_python(objs)
 
 
 class AgentState(BaseModel):
@@ -169,7 +184,7 @@ class AgentState(BaseModel):
             raise ValidationError(violations)
         return cls.model_construct(
             version=1,
-            nodes=tuple(CausalNode.from_obj(n) for n in obj["nodes"]),
+            nodes=nodes_from_objs(obj["nodes"]),
             frontier=tuple(obj["frontier"]),
         )
 

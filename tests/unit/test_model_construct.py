@@ -1,6 +1,6 @@
-"""CausalNode.from_obj builds what pydantic's model_construct builds, faster: held equal
-here for nodes with and without a resource key, so a pydantic upgrade that changes a
-model's internals fails this test instead of reads."""
+"""CausalNode.from_obj and nodes_from_objs build what pydantic's model_construct
+builds: held equal here for nodes with and without a resource key, so a pydantic
+upgrade that changes a model's internals fails this test instead of reads."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from support.documents import GraphBuilder
 
 from cwstore import CausalNode
+from cwstore.document import nodes_from_objs
 
 
 def _objs() -> list[dict[str, Any]]:
@@ -44,3 +45,18 @@ def test_from_obj_equals_model_construct(obj: dict[str, Any]) -> None:
     assert fast.model_dump_json() == slow.model_dump_json()
     with pytest.raises(pydantic.ValidationError):  # frozen, like any CausalNode
         fast.id = "x"
+
+
+def test_nodes_from_objs_equals_from_obj() -> None:
+    objs = _objs()
+    many = nodes_from_objs(objs)
+    assert isinstance(many, tuple)
+    for built, obj in zip(many, objs, strict=True):
+        one = CausalNode.from_obj(obj)
+        assert built == one
+        assert built.__dict__ == one.__dict__
+        assert built.model_fields_set == one.model_fields_set
+        assert built.payload is obj["payload"]  # the parsed payload, not a copy
+        assert built.to_obj() == obj
+    keyed = [n for n in many if n.resource_key is not None]
+    assert keyed and all("resource_key" in n.model_fields_set for n in keyed)
