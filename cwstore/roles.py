@@ -12,12 +12,10 @@ roles and members of the schema's owner see everything. The rules themselves liv
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-import asyncpg
-import psycopg
-
-from ._sql import script
+from ._roles_async import add_tenant_member, install_roles
+from ._roles_sync import add_tenant_member_sync, install_roles_sync
 
 __all__ = [
     "READER",
@@ -32,31 +30,3 @@ READER: Final = "cwstore_reader"
 """The group role that reads: grant it to login roles that only read."""
 WRITER: Final = "cwstore_writer"
 """The group role that writes through the write functions (and reads)."""
-
-_ADD_MEMBER: Final = "SELECT cwstore.add_tenant_member($1, $2)"
-
-
-def install_roles_sync(conn: psycopg.Connection[Any]) -> None:
-    """Create the two roles if missing and (re)apply their grants, in one transaction.
-
-    Needs a migrated schema and a role that owns it and may create roles.
-    """
-    with conn.transaction():
-        conn.execute(script("roles.sql"), prepare=False)
-
-
-async def install_roles(conn: asyncpg.Connection) -> None:
-    """The asyncpg twin of :func:`install_roles_sync`."""
-    async with conn.transaction():
-        await conn.execute(script("roles.sql"))
-
-
-def add_tenant_member_sync(conn: psycopg.Connection[Any], tenant: str, role: str) -> None:
-    """Let ``role`` (and its members) read and write the graphs of ``tenant``."""
-    with psycopg.RawCursor(conn) as cur:
-        cur.execute(_ADD_MEMBER, (tenant, role))
-
-
-async def add_tenant_member(conn: asyncpg.Connection, tenant: str, role: str) -> None:
-    """The asyncpg twin of :func:`add_tenant_member_sync`."""
-    await conn.execute(_ADD_MEMBER, tenant, role)

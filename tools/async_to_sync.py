@@ -59,6 +59,13 @@ TEXT = [
     ('"status"', '"status_sync"'),
     ('"distribute"', '"distribute_sync"'),
     ('"citus_installed"', '"citus_installed_sync"'),
+    ('"add_tenant_member"', '"add_tenant_member_sync"'),
+    ('"install_roles"', '"install_roles_sync"'),
+    ("generates :mod:`cwstore._roles_sync` (psycopg) from this", "generated this module from"),
+    (
+        "module; :mod:`cwstore.roles` exports both and says what the roles are.",
+        ":mod:`cwstore._roles_async`; :mod:`cwstore.roles` exports both.",
+    ),
     ("AsyncStore", "Store"),
     (":func:`connect`", ":func:`connect_sync`"),
     (":func:`apply_migrations`", ":func:`apply_migrations_sync`"),
@@ -91,6 +98,11 @@ PAIRS = [
             "distribute": "distribute_sync",
             "citus_installed": "citus_installed_sync",
         },
+    ),
+    (
+        ROOT / "cwstore" / "_roles_async.py",
+        ROOT / "cwstore" / "_roles_sync.py",
+        {"install_roles": "install_roles_sync", "add_tenant_member": "add_tenant_member_sync"},
     ),
 ]
 """(source, generated file, extra renames for that module)."""
