@@ -29,12 +29,15 @@ from starlette.staticfiles import StaticFiles
 from .. import (
     AsyncStore,
     CausalNode,
+    DatabaseError,
     Error,
     InputError,
     PermissionDeniedError,
     UnknownGraphError,
+    ValidationError,
 )
 from .._sql import queries
+from ..drivers.asyncpg import wrap
 
 __all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "psql_set"]
 
@@ -78,25 +81,25 @@ def _error(status: int, kind: str, message: str) -> Response:
 def _problem_of(exc: BaseException) -> _Problem:
     if isinstance(exc, _Problem):
         return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        exc = wrap(exc)  # the one map from SQLSTATE and constraint to cwstore errors
     if isinstance(exc, UnknownGraphError):
         return _Problem(404, "unknown_graph", exc.message)
-    if isinstance(exc, InputError):
+    if isinstance(exc, InputError | ValidationError) or (
+        isinstance(exc, DatabaseError) and exc.sqlstate == _INVALID_PARAMETER
+    ):
         return _Problem(400, "bad_request", exc.message)
     if isinstance(exc, PermissionDeniedError):
         return _Problem(403, "permission_denied", exc.message)
     if isinstance(exc, Error):
         return _Problem(500, type(exc).__name__, exc.message)
-    if isinstance(exc, asyncpg.PostgresError):
-        state = exc.sqlstate or ""
-        message = str(getattr(exc, "message", None) or exc)
-        if state == "CW404":
-            return _Problem(404, "not_found", message)
-        if state in ("22023", "22P02", "22007", "22008"):
-            return _Problem(400, "bad_request", message)
-        return _Problem(500, f"database error {state}", message)
     if isinstance(exc, OSError | asyncpg.InterfaceError):
         return _Problem(503, "database unreachable", f"{type(exc).__name__}: {exc}")
     return _Problem(500, "internal", f"{type(exc).__name__}: {exc}")
+
+
+_INVALID_PARAMETER = "22023"
+"""What a read function raises for an argument out of its range (a request's value)."""
 
 
 Handler = Callable[[Request], Awaitable[Response]]
