@@ -56,35 +56,6 @@ def test_schema_is_literal() -> None:
         assert "prosrc" not in code, name
 
 
-def _trigger_body(name: str) -> str:
-    text = SCHEMA["40_derive.sql"]
-    match = re.search(
-        rf"CREATE FUNCTION cwstore\.{name}\(\) RETURNS trigger\n.*? AS \$body\$(.*?)\$body\$;",
-        text,
-        re.DOTALL,
-    )
-    assert match, name
-    return match.group(1)
-
-
-_NOT_SHARED = re.compile(r"^  -- not shared: .*?^  -- end not shared\n", re.DOTALL | re.MULTILINE)
-
-
-def test_nodes_trigger_functions_share_all_but_their_marked_parts() -> None:
-    small = _trigger_body("_nodes_inserted_small")
-    bulk = _trigger_body("_nodes_inserted_bulk")
-    assert len(_NOT_SHARED.findall(small)) == len(_NOT_SHARED.findall(bulk)) == 2
-    assert small != bulk
-    assert _NOT_SHARED.sub("", small) == _NOT_SHARED.sub("", bulk)
-
-
-def test_the_marked_parts_check_catches_a_drift() -> None:
-    small = _trigger_body("_nodes_inserted_small")
-    drifted = small.replace("'semantic payload must be", "'a semantic payload must be")
-    assert drifted != small
-    assert _NOT_SHARED.sub("", drifted) != _NOT_SHARED.sub("", small)
-
-
 def test_one_spelling_of_the_open_span_sentinel() -> None:
     texts = [*SCHEMA.values(), (SQL / "queries.sql").read_text(encoding="utf-8")]
     assert sum(t.count("9223372036854775807") for t in texts) == 1

@@ -34,9 +34,11 @@ COMMENT ON FUNCTION cwstore.node_kinds() IS
 
 -- The queryable jsonb copy of a payload. jsonb refuses \u0000, so the escape becomes
 -- U+FFFD here; payload_text keeps the exact text. Escaped backslash pairs are set
--- aside first so that a literal "\\u0000" (backslash, then u0000) is left alone.
+-- aside first so that a literal "\\u0000" (backslash, then u0000) is left alone. Not
+-- STRICT (a NULL text gives NULL all the same): a STRICT SQL function whose body is
+-- not is called rather than inlined, and its body planned again on every statement.
 CREATE FUNCTION cwstore.payload_jsonb(payload_text text) RETURNS jsonb
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE WHEN strpos(payload_text, '\u0000') = 0 THEN payload_text::jsonb
          ELSE replace(replace(replace(payload_text, '\\', E'\x01'), '\u0000', '\ufffd'),
                       E'\x01', '\\')::jsonb END
@@ -72,6 +74,10 @@ DECLARE
   v_zone text;
   v_t timestamp;
 BEGIN
+  -- The runtime's own form (Date.prototype.toISOString), read as it is.
+  IF created_at ~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$' THEN
+    RETURN created_at::timestamptz;
+  END IF;
   -- Split the zone off and apply it by hand: RFC 3339 allows offsets up to +-23:59,
   -- PostgreSQL's timestamptz input only up to +-15:59.
   IF right(created_at, 1) IN ('Z', 'z') THEN
@@ -162,12 +168,13 @@ $$;
 COMMENT ON FUNCTION cwstore._json_member_text(text, text) IS
   'Private: exact JSON text of a member of a JSON object text, \u0000 escapes included.';
 
--- The runtime's JSON object of a node, fields in the runtime's order (the same text the
--- export query built before). IMMUTABLE is true here though to_json is STABLE in
--- general: for text and text[] its output depends on no setting.
+-- The runtime's JSON object of a node, fields in the runtime's order: what export
+-- concatenates. STABLE, as to_json is, so that a query calling it gets its body inlined
+-- (a SQL function declared more strictly than its body is called instead, and its body
+-- planned again on every statement that calls it).
 CREATE FUNCTION cwstore.node_json(p_id text, p_kind text, p_parents text[], p_payload text,
                                   p_created_at text, p_seq bigint, p_resource_key text)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
   SELECT '{"id":' || to_json(p_id)::text || ',"kind":' || to_json(p_kind)::text
          || ',"parents":' || array_to_json(p_parents)::text || ',"payload":' || p_payload
          || ',"createdAt":' || to_json(p_created_at)::text || ',"sequence":' || p_seq

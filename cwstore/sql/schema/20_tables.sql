@@ -41,9 +41,6 @@ CREATE TABLE cwstore.nodes (
   resource_key     text COLLATE "C",
   recorded_at      timestamptz NOT NULL DEFAULT now(),
   xid              bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
-  node_json        text GENERATED ALWAYS AS (cwstore.node_json(id, kind, parents, payload_text,
-                                                               created_at_text, seq,
-                                                               resource_key)) STORED,
   CONSTRAINT nodes_pkey PRIMARY KEY (graph_id, seq),
   CONSTRAINT nodes_id_key UNIQUE (graph_id, id),
   CONSTRAINT nodes_seq_check CHECK (seq >= 1),
@@ -56,8 +53,6 @@ CREATE TABLE cwstore.nodes (
 );
 COMMENT ON TABLE cwstore.nodes IS
   'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid orders the all-graphs feed: the writing transaction''s 64-bit id, raised when needed to the graph''s previous node''s so it never goes back within a graph (append_v1 does this; see tail_all).';
-COMMENT ON COLUMN cwstore.nodes.node_json IS
-  'The node as the runtime''s JSON object, as export writes it (payload verbatim); computed when stored.';
 
 CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at);
 -- Transactions write their rows together and xids grow with time, so a block-range

@@ -526,10 +526,14 @@ BEGIN
                   ORDER BY f.position) END;
   RETURN QUERY
   SELECT g.length, v_seq, c.part, string_agg(c.node_json, ',' ORDER BY c.seq), NULL::text[]
-    FROM (SELECT n.seq, n.node_json,
-                 (sum(octet_length(n.node_json)) OVER (ORDER BY n.seq)
-                  - octet_length(n.node_json)) / greatest(p_part_bytes, 1) AS part
-            FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq <= v_seq) c
+    FROM (SELECT j.seq, j.node_json,
+                 (sum(octet_length(j.node_json)) OVER (ORDER BY j.seq)
+                  - octet_length(j.node_json)) / greatest(p_part_bytes, 1) AS part
+            FROM (SELECT n.seq, cwstore.node_json(n.id, n.kind, n.parents, n.payload_text,
+                                                  n.created_at_text, n.seq, n.resource_key)
+                           AS node_json
+                    FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq <= v_seq
+                  OFFSET 0) j) c
    GROUP BY c.part
    ORDER BY c.part;
 END $$;
