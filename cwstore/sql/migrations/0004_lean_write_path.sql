@@ -1,29 +1,33 @@
 -- 0004_lean_write_path: less work per node written, the same rules and the same rows.
 --
 -- Why: an append's time went less to deriving (edges, frontier, chains, counts) than to
--- what surrounds it (benchmarks/README.md, "The write path"): SQL functions called
--- rather than inlined, whose bodies PostgreSQL plans again on every statement that
--- calls them (the node table's generated node_json column, payload_jsonb in the payload
--- check), a second statement trigger fired on every insert only to return, and one
--- statement per derived table and node.
+-- what surrounds it (benchmarks/README.md, "The write path"): SQL functions that
+-- PostgreSQL calls rather than inlines, planning their bodies again on every statement
+-- that calls them (the node table's generated node_json column, its CHECK's
+-- node_kinds(), payload_jsonb in the payload check), a second statement trigger fired
+-- on every insert only to return, one statement per derived table and node, and the
+-- new rows read back to be returned.
 --
 --   * nodes.node_json is dropped: export builds each node's JSON text as it reads it
 --     (cwstore.node_json, now STABLE so that its body is inlined). Each node's text is
 --     no longer stored twice.
---   * payload_jsonb is no longer STRICT (NULL still gives NULL), so that calls inline.
---   * parse_time reads the runtime's own createdAt form (toISOString) directly.
+--   * payload_jsonb is no longer STRICT (NULL still gives NULL), so that calls inline;
+--     node_kinds() is plpgsql, whose plan is kept, for the CHECK that folds it on every
+--     insert; parse_time reads the runtime's own createdAt form (toISOString) directly.
 --   * The two nodes triggers (_nodes_inserted_small, _nodes_inserted_bulk) become one,
---     _nodes_inserted, which derives node by node for up to 8 rows (one statement per
+--     _nodes_inserted, which derives node by node for up to 3 rows (one statement per
 --     node: parents checked, edges, frontier, count) and set-based beyond.
+--   * append_v1 stamps recorded_at itself and, when every node of the batch is new and
+--     given once, returns the rows from what it wrote instead of reading them back.
 --
 -- The definitions below are those of cwstore/sql/schema/ (10_helpers, 20_tables,
--- 40_derive, 70_read_api), where they are documented.
+-- 40_derive, 60_write_api, 70_read_api), where they are documented.
 --
--- Safe with live writers: yes, between transactions (each statement takes its table's
--- lock briefly; the trigger swap happens in this migration's one transaction). On a
--- Citus cluster already distributed (cwstore init --citus) the new trigger is created on
--- the distributed nodes table, which Citus allows only with citus.enable_unsafe_triggers
--- (set below for this transaction; without Citus the setting is an unused placeholder).
+-- Safe with live writers: yes, between transactions (the trigger swap happens in this
+-- migration's one transaction). On a Citus cluster already distributed (cwstore init
+-- --citus) the new trigger is created on the distributed nodes table, which Citus allows
+-- only with citus.enable_unsafe_triggers (set below for this transaction; without Citus
+-- the setting is an unused placeholder).
 
 SET LOCAL citus.enable_unsafe_triggers = on;
 
@@ -32,6 +36,13 @@ SET LOCAL citus.enable_unsafe_triggers = on;
 ALTER TABLE cwstore.nodes DROP COLUMN node_json;
 
 -- 10_helpers
+
+CREATE OR REPLACE FUNCTION cwstore.node_kinds() RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN ARRAY['system', 'goal', 'inference', 'answer', 'tool_call', 'tool_result',
+               'resource', 'semantic', 'protocol_error', 'verification'];
+END $$;
 
 CREATE OR REPLACE FUNCTION cwstore.payload_jsonb(payload_text text) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -170,7 +181,7 @@ BEGIN
   END LOOP;
   END IF;
 
-  IF v_rows <= 8 THEN
+  IF v_rows <= 3 THEN
     -- Node by node, in sequence order. Per node one statement checks its parents (in
     -- order: sorted and listed once, existing, earlier), records the edges, moves the
     -- frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it
@@ -434,6 +445,261 @@ $body$;
 CREATE TRIGGER nodes_inserted AFTER INSERT ON cwstore.nodes
   REFERENCING NEW TABLE AS new_nodes
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._nodes_inserted();
+
+-- 60_write_api
+
+CREATE OR REPLACE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+                                  p_expected_length bigint DEFAULT NULL,
+                                  p_frontier json DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
+               payload_text text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_graph_id bigint;
+  v_tenant text;
+  v_len bigint;
+  v_new bigint;
+  v_bad bigint;
+  v_last bigint;
+  v_problem text;
+  v_bad_id text;
+  v_hidden boolean := false;
+  v_heads text[];
+  v_ids text[];
+  v_kinds text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_keys text[];
+  v_now timestamptz := now();
+BEGIN
+  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
+                               'nodes must be a JSON array of node objects');
+  END IF;
+  IF p_frontier IS NOT NULL THEN
+    IF cwstore._lone_surrogate(p_frontier::text) THEN
+      PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
+        'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+    END IF;
+    IF json_typeof(p_frontier) <> 'array'
+       OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
+    THEN
+      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
+                                 'frontier must be a JSON array of node ids');
+    END IF;
+    v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
+  END IF;
+
+  IF cwstore._lone_surrogate(p_nodes::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
+      'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+
+  -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
+  IF strpos(p_nodes::text, '\u0000') > 0 THEN
+    v_hidden := true;
+    p_nodes := cwstore._nul_hide(p_nodes::text)::json;
+  END IF;
+
+  -- Read the batch once: each node's fields as JSON, checked for their JSON types, for
+  -- what the table's constraints would refuse and for _node_problem, so every client
+  -- gets a CW400 with the safeguard code, the node's position and the path.
+  SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
+         array_agg(f.parents::text ORDER BY f.o),
+         array_agg(f.payload ORDER BY f.o),
+         array_agg(f."createdAt" #>> '{}' ORDER BY f.o),
+         array_agg(f."resourceKey" #>> '{}' ORDER BY f.o),
+         min(f.o) FILTER (WHERE f.problem IS NOT NULL),
+         (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
+         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
+            FILTER (WHERE f.problem IS NOT NULL))[1]
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new, v_problem, v_bad_id
+    FROM (SELECT c.*,
+                 coalesce(c.problem0,
+                          cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
+                                                c."resourceKey" #>> '{}')) AS problem
+            FROM (SELECT a.o, r.id, r.kind, r.parents, r."createdAt", r."resourceKey",
+                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload::text)
+                              ELSE r.payload::text END AS payload,
+                 CASE
+                   WHEN json_typeof(a.e) <> 'object' THEN 'shape|$|node must be a JSON object'
+                   WHEN (SELECT count(*) <> count(DISTINCT k) FROM json_object_keys(a.e) k)
+                     THEN 'shape|$|node repeats a member name (JSON.parse would keep only the last)'
+                   WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
+                     THEN 'shape|$.id|id must be a string'
+                   WHEN r.kind IS NULL AND json_typeof(a.e -> 'kind') IS NULL
+                     THEN 'shape|$|node is missing field kind'
+                   WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
+                     THEN 'kind|$.kind|kind must be one of the ten kinds (a string)'
+                   WHEN json_typeof(r.parents) IS DISTINCT FROM 'array'
+                     THEN 'shape|$.parents|parents must be an array'
+                   WHEN r.payload IS NULL THEN 'shape|$|payload is missing'
+                   WHEN json_typeof(r."createdAt") IS DISTINCT FROM 'string'
+                     THEN 'shape|$.createdAt|createdAt must be a string'
+                   WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
+                     THEN 'shape|$.resourceKey|resourceKey must be a string when present'
+                   WHEN EXISTS (SELECT 1 FROM json_object_keys(a.e) k
+                                 WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
+                                                 'sequence', 'resourceKey'))
+                     THEN 'shape|$|unknown node field'
+                   WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
+                                 WHERE json_typeof(pe) <> 'string')
+                     THEN 'shape|$.parents|parents must be string ids'
+                   WHEN v_hidden AND strpos(r.id::text || r.kind::text || r."createdAt"::text
+                                            || coalesce(r."resourceKey"::text, '')
+                                            || r.parents::text, '\\u0000') > 0
+                     THEN 'unrepresentable|$|U+0000 outside a payload cannot be stored'
+                   WHEN NOT ((r.kind #>> '{}') = ANY (cwstore.node_kinds()))
+                     THEN 'kind|$.kind|kind is not one of the ten'
+                   WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
+                     THEN 'identity|$.id|id must be cw_ and 24 lowercase hex digits'
+                   WHEN (r."resourceKey" #>> '{}') = ''
+                     THEN 'shape|$.resourceKey|resourceKey must not be empty'
+                 END AS problem0
+            FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+            CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
+                                                ELSE '{}' END)
+                 AS r(id json, kind json, parents json, payload json, "createdAt" json,
+                      "resourceKey" json)) c
+          OFFSET 0) f;  -- a fence: each node's problem is computed once
+  IF v_new IS NOT NULL THEN
+    PERFORM cwstore._node_violation(v_problem, NULL, v_new, v_bad_id, v_new - 1);
+  END IF;
+  IF v_ids IS NULL THEN
+    v_ids := '{}';
+  END IF;
+
+  -- One id, one content: a node given again later in the batch must be the same node.
+  IF cardinality(v_ids) > 1 THEN
+  SELECT b.o, b.id INTO v_bad, v_bad_id
+    FROM unnest(v_ids) WITH ORDINALITY AS b(id, o)
+    JOIN unnest(v_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
+   WHERE NOT cwstore._same_content(
+           v_kinds[a.o], ARRAY(SELECT json_array_elements_text(v_parents[a.o]::json)),
+           v_payloads[a.o], v_keys[a.o],
+           v_kinds[b.o], ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
+           v_payloads[b.o], v_keys[b.o])
+   ORDER BY b.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', NULL, v_bad, v_bad_id, format('$[%s].id', v_bad - 1),
+      format('id %s is used by an earlier node of the batch with other content', v_bad_id));
+  END IF;
+  END IF;
+
+  -- The tenant check comes before the lock: a refused caller must not hold another
+  -- tenant's counter row while it sits in its aborted transaction.
+  -- The graph's row is found by its key, cwstore.graph_key(name) (one shard on Citus).
+  v_graph_id := cwstore.graph_key(p_graph);
+  -- The tenant is read first, on its own: a statement that both reads a distributed
+  -- table and calls the check would run the check on the worker, where session_user
+  -- is not the caller (Citus).
+  IF session_user <> current_user THEN
+    SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
+     WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+
+  -- The counter row: lock it (create the graph on first use). Held until commit.
+  SELECT g.length INTO v_len
+    FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
+  IF NOT FOUND THEN
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+    SELECT g.length INTO v_len
+      FROM cwstore.graphs g WHERE g.graph_id = v_graph_id FOR UPDATE;
+  END IF;
+
+  -- New nodes only (a node the graph holds, or one given twice, is written once),
+  -- numbered from the length read under the lock.
+  -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
+  -- may hold an xid older than the one that wrote the previous node), so it is the
+  -- greater of this transaction's and the graph's last node's.
+  -- The rows come joined to the graph's counter row: on Citus that makes the statement
+  -- one INSERT ... SELECT on the graph's worker (not rows copied through the
+  -- coordinator, which loses the SQLSTATE of the triggers' refusals).
+  INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
+                             created_at_text, resource_key, recorded_at, xid)
+  SELECT g.graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
+         ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
+         v_payloads[b.o], v_created[b.o], v_keys[b.o], v_now,
+         greatest(pg_current_xact_id()::text::bigint,
+                  (SELECT l.xid FROM cwstore.nodes l
+                    WHERE l.graph_id = v_graph_id AND l.seq = v_len))
+    FROM cwstore.graphs g
+   CROSS JOIN (SELECT DISTINCT ON (u.id) u.id, u.o
+                 FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+                ORDER BY u.id, u.o) b
+    LEFT JOIN LATERAL (SELECT true AS held FROM cwstore.nodes n
+                        WHERE n.graph_id = v_graph_id AND n.id = b.id LIMIT 1) x ON true
+   WHERE g.graph_id = v_graph_id AND x.held IS NULL
+   ORDER BY b.o;
+  GET DIAGNOSTICS v_new = ROW_COUNT;
+
+  -- A node the graph held must be the same node: a retry, not other content under its
+  -- id. Only when the insert skipped some (raising undoes the insert).
+  IF v_new < cardinality(v_ids) THEN
+  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_last
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id AND n.seq <= v_len
+   WHERE NOT cwstore._same_content(
+           n.kind, n.parents, n.payload_text, n.resource_key,
+           v_kinds[u.o], ARRAY(SELECT json_array_elements_text(v_parents[u.o]::json)),
+           v_payloads[u.o], v_keys[u.o])
+   ORDER BY u.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', v_graph_id, v_bad, v_bad_id,
+      format('$[%s].id', v_bad - 1),
+      format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
+  END IF;
+  END IF;
+
+  -- Checked after the insert so the batch is read once; raising undoes the insert.
+  IF v_new > 0 AND p_expected_length IS NOT NULL AND p_expected_length <> v_len THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW409',
+      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
+                       p_expected_length),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
+                                  'actual_length', v_len)::text;
+  END IF;
+
+  -- The declared frontier is recorded after new nodes. When this call wrote nothing it
+  -- is recorded only if it changes the frontier and, with an expected_length, that is
+  -- current, or, without one, no node came after the batch's last: a retry after others
+  -- moved on must not move their frontier back.
+  IF v_heads IS NOT NULL AND v_new = 0 THEN
+    SELECT max(n.seq) INTO v_last
+      FROM unnest(v_ids) AS u(id)
+      JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id;
+  END IF;
+  IF v_heads IS NOT NULL AND (v_new > 0 OR (
+         coalesce(p_expected_length, v_last, v_len) = v_len
+     AND v_heads IS DISTINCT FROM (
+           SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
+             FROM cwstore.frontier_spans s
+             JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+            WHERE s.graph_id = v_graph_id AND s.to_seq = cwstore.infinity_seq()))) THEN
+    INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+    VALUES (v_graph_id, v_len + v_new, v_heads);
+  END IF;
+
+  -- Every node new and given once: the rows are what was just written, in order.
+  IF v_new = cardinality(v_ids) THEN
+    RETURN QUERY
+    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text
+      FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+     ORDER BY u.o;
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
+         CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN LATERAL (SELECT * FROM cwstore.nodes n
+                   WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
+   ORDER BY u.o;
+END $$;
 
 -- 70_read_api
 

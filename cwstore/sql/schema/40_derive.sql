@@ -34,13 +34,13 @@ END $$;
 -- are planned once per session and the plans kept, so a plan made for a one-node
 -- append must not be reused for a 100,000-node import or the other way round: the
 -- function has two ways to derive, each with statements of its own. For a batch of up
--- to 8 rows it derives node by node, one statement of short index lookups and writes
--- per node (and one more per keyed node); for a larger one, with set-based statements
--- over the whole batch (with more work_mem: they sort and hash whole batches; and no
--- JIT: statements over unnest() have no statistics, their cost estimates run high, and
--- compiling them took longer than running them). Both ways check the same rules and
--- write the same rows; the test suites run both (appends of a few nodes take the
--- first, batches and imports the second).
+-- to 3 rows it derives node by node, one statement of short index lookups and writes
+-- per node (and one more per keyed node), cheaper than the set-based statements for so
+-- few; for a larger one, with set-based statements over the whole batch (with more
+-- work_mem: they sort and hash whole batches; and no JIT: statements over unnest() have
+-- no statistics, their cost estimates run high, and compiling them took longer than
+-- running them). Both ways check the same rules and write the same rows
+-- (tests/db/test_derive_paths.py); the test suites run both.
 
 CREATE FUNCTION cwstore._nodes_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $body$
@@ -119,7 +119,7 @@ BEGIN
   END LOOP;
   END IF;
 
-  IF v_rows <= 8 THEN
+  IF v_rows <= 3 THEN
     -- Node by node, in sequence order. Per node one statement checks its parents (in
     -- order: sorted and listed once, existing, earlier), records the edges, moves the
     -- frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it

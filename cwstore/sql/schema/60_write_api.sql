@@ -503,6 +503,7 @@ DECLARE
   v_payloads text[];
   v_created text[];
   v_keys text[];
+  v_now timestamptz := now();
 BEGIN
   IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
@@ -649,10 +650,10 @@ BEGIN
   -- one INSERT ... SELECT on the graph's worker (not rows copied through the
   -- coordinator, which loses the SQLSTATE of the triggers' refusals).
   INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
-                             created_at_text, resource_key, xid)
+                             created_at_text, resource_key, recorded_at, xid)
   SELECT g.graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
          ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
-         v_payloads[b.o], v_created[b.o], v_keys[b.o],
+         v_payloads[b.o], v_created[b.o], v_keys[b.o], v_now,
          greatest(pg_current_xact_id()::text::bigint,
                   (SELECT l.xid FROM cwstore.nodes l
                     WHERE l.graph_id = v_graph_id AND l.seq = v_len))
@@ -713,6 +714,14 @@ BEGIN
     VALUES (v_graph_id, v_len + v_new, v_heads);
   END IF;
 
+  -- Every node new and given once: the rows are what was just written, in order.
+  IF v_new = cardinality(v_ids) THEN
+    RETURN QUERY
+    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text
+      FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+     ORDER BY u.o;
+    RETURN;
+  END IF;
   RETURN QUERY
   SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
          CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END
