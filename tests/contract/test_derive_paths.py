@@ -10,15 +10,10 @@ id aside.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 from support.documents import generate_session
-
-import cwstore
 
 DERIVED = {
     "edges": "child_seq, position, parent_seq",
@@ -27,15 +22,6 @@ DERIVED = {
     "key_heads": "key, head_seq, head_id, version, first_seq",
     "kind_counts": "kind, seq, n",
 }
-
-
-@pytest.fixture(scope="module")
-def store(db_dsn: str) -> Iterator[cwstore.Store]:
-    s = cwstore.connect_sync(db_dsn, min_size=1, max_size=2, migrate_schema=False)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _derived(dsn: str, graph: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -51,22 +37,23 @@ def _derived(dsn: str, graph: str) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-def test_node_by_node_and_set_based_derive_the_same_rows(store: cwstore.Store, db_dsn: str) -> None:
+async def test_node_by_node_and_set_based_derive_the_same_rows(
+    store: Any, graph: str, db_dsn: str
+) -> None:
     doc = generate_session(7, 14, keys=4, semantic_keys=4)
     nodes = doc["nodes"]
-    assert len(nodes) > 2 * 40  # several batches of each size, and an import over 8
-    tag = uuid.uuid4().hex[:8]
-    imported = f"paths-import-{tag}"
-    store.import_state(imported, doc)
-    graphs = [imported]
+    assert len(nodes) > 2 * 40  # several batches of each size, and an import over 3
+    imported = f"{graph}-import"
+    await store.import_state(imported, doc)
+    graphs = []
     for size in (1, 3, 5, 40):
-        graph = f"paths-{size}-{tag}"
+        name = f"{graph}-{size}"
         for i in range(0, len(nodes), size):
-            store.append(graph, nodes[i : i + size])
-        graphs.append(graph)
+            await store.append(name, nodes[i : i + size])
+        graphs.append(name)
 
     expected = _derived(db_dsn, imported)
     assert all(expected.values()), expected  # the session exercises every table
     assert len(expected["frontier_spans"]) > len(nodes) // 2
-    for graph in graphs[1:]:
-        assert _derived(db_dsn, graph) == expected, graph
+    for name in graphs:
+        assert _derived(db_dsn, name) == expected, name
