@@ -486,3 +486,7 @@ def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
 
 BULK_ANALYZE_THRESHOLD = 10_000
 """Imports at least this large refresh the planner's statistics when they commit."""
+
+IMPORT_CHUNK_ROWS = 20_000
+"""An import COPYs its nodes in statements of this many rows, in one transaction: the
+server derives one chunk (the nodes trigger) while the client checks the next."""

@@ -28,6 +28,7 @@ from . import migrate
 from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
     COPY_COLUMNS,
+    IMPORT_CHUNK_ROWS,
     TAIL_BATCH_BYTES,
     ImportPlan,
     NodeLike,
@@ -188,7 +189,13 @@ class Store:
             graph_id = conn.fetchval(q("begin_import"), graph, vocabulary_arg(vocab))
             owner = conn.fetchval(q("may_copy_nodes"))
             if owner:
-                conn.copy_records("cwstore", "nodes", COPY_COLUMNS, plan.records(graph_id))
+                conn.copy_records(
+                    "cwstore",
+                    "nodes",
+                    COPY_COLUMNS,
+                    plan.records(graph_id),
+                    chunk_rows=IMPORT_CHUNK_ROWS,
+                )
             else:
                 for columns in plan.column_slices(graph_id):
                     conn.fetchval(q("import_rows"), graph_id, *columns)

@@ -25,6 +25,7 @@ from . import migrate
 from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
     COPY_COLUMNS,
+    IMPORT_CHUNK_ROWS,
     TAIL_BATCH_BYTES,
     ImportPlan,
     NodeLike,
@@ -185,7 +186,13 @@ class AsyncStore:
             graph_id = await conn.fetchval(q("begin_import"), graph, vocabulary_arg(vocab))
             owner = await conn.fetchval(q("may_copy_nodes"))
             if owner:
-                await conn.copy_records("cwstore", "nodes", COPY_COLUMNS, plan.records(graph_id))
+                await conn.copy_records(
+                    "cwstore",
+                    "nodes",
+                    COPY_COLUMNS,
+                    plan.records(graph_id),
+                    chunk_rows=IMPORT_CHUNK_ROWS,
+                )
             else:
                 for columns in plan.column_slices(graph_id):
                     await conn.fetchval(q("import_rows"), graph_id, *columns)

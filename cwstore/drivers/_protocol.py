@@ -42,11 +42,23 @@ class AsyncConnection(Protocol):
         ...
 
     async def copy_records(
-        self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Row],
+        *,
+        chunk_rows: int | None = None,
     ) -> None:
         """COPY ``records`` into ``schema.table``. An exception raised while iterating
         ``records`` aborts the COPY (nothing is written) and propagates unchanged; a
-        connection lost meanwhile raises :class:`cwstore.DatabaseError` without waiting."""
+        connection lost meanwhile raises :class:`cwstore.DatabaseError` without waiting.
+
+        With ``chunk_rows``, one COPY statement per ``chunk_rows`` records, and the next
+        chunk's records are drawn from ``records`` (computed, when it is a generator)
+        while the server writes the current one and runs its statement triggers. Only
+        inside a transaction: an exception then leaves earlier chunks written until the
+        caller's transaction rolls back."""
         ...
 
 
@@ -94,7 +106,13 @@ class Connection(Protocol):
     def transaction(self) -> AbstractContextManager[None]: ...
 
     def copy_records(
-        self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Row],
+        *,
+        chunk_rows: int | None = None,
     ) -> None: ...
 
 

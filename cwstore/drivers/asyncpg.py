@@ -7,7 +7,7 @@ asyncpg speaks ``$1`` placeholders natively and returns ``json``/``jsonb`` as te
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, LiteralString, TypeAlias
 from urllib.parse import quote, urlencode
@@ -136,13 +136,44 @@ class AsyncpgConnection:
             yield
 
     async def copy_records(
-        self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Row],
+        *,
+        chunk_rows: int | None = None,
+    ) -> None:
+        if chunk_rows is None:
+            await self._copy(schema, table, columns, _streamed(records))
+            return
+        rows = iter(records)
+        chunk = await _drawn(rows, chunk_rows)
+        while chunk:
+            copy = asyncio.ensure_future(self._copy(schema, table, columns, chunk))
+            try:
+                # The server writes this chunk (and runs the statement's triggers) while
+                # the next chunk's rows are drawn; both steps yield to each other.
+                following = await _drawn(rows, chunk_rows)
+            except BaseException:
+                with suppress(Exception):  # the drawing's exception is the one to tell
+                    await copy
+                raise
+            await copy
+            chunk = following
+
+    async def _copy(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: AsyncIterator[Row] | list[Row],
     ) -> None:
         # asyncpg's COPY can wait forever for a socket that will never drain once the
         # backend is gone, so a termination listener cancels it.
         copy = asyncio.ensure_future(
             self.raw.copy_records_to_table(
-                table, schema_name=schema, columns=list(columns), records=_streamed(records)
+                table, schema_name=schema, columns=list(columns), records=records
             )
         )
         lost = False
@@ -171,6 +202,19 @@ async def _streamed(rows: Iterable[Row]) -> AsyncIterator[Row]:
         if i % 1000 == 0:
             await asyncio.sleep(0)
         yield row
+
+
+async def _drawn(rows: Iterator[Row], count: int) -> list[Row]:
+    """The next ``count`` rows (fewer at the end), letting the event loop run every few
+    rows: often enough that a COPY in flight keeps its socket full."""
+    out: list[Row] = []
+    for row in rows:
+        out.append(row)
+        if len(out) == count:
+            break
+        if len(out) % 100 == 0:
+            await asyncio.sleep(0)
+    return out
 
 
 class AsyncpgListener(AsyncpgConnection):

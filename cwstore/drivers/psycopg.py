@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import select
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from itertools import islice
 from typing import Any, LiteralString, TypeAlias
 
 import psycopg
@@ -106,6 +108,32 @@ class PsycopgConnection:
             yield
 
     def copy_records(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Row],
+        *,
+        chunk_rows: int | None = None,
+    ) -> None:
+        if chunk_rows is None:
+            self._copy(schema, table, columns, records)
+            return
+        rows = iter(records)
+        with ThreadPoolExecutor(1, thread_name_prefix="cwstore-copy") as drawer:
+            chunk = list(islice(rows, chunk_rows))
+            while chunk:
+                # The next chunk's rows are drawn in a thread while this one is written:
+                # this thread mostly waits on the server then, with the GIL released.
+                following = drawer.submit(lambda: list(islice(rows, chunk_rows)))
+                try:
+                    self._copy(schema, table, columns, chunk)
+                except BaseException:
+                    following.exception()  # the drawing thread is done before this returns
+                    raise
+                chunk = following.result()
+
+    def _copy(
         self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
     ) -> None:
         statement = sql.SQL("COPY {} ({}) FROM STDIN").format(

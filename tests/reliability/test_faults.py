@@ -44,6 +44,7 @@ from support.reliability import (
 
 import cwstore
 from cwstore import jsontext, server
+from cwstore._store_base import IMPORT_CHUNK_ROWS
 
 BIG_IMPORT = 50_000
 BIG_APPEND = 5_000
@@ -235,8 +236,9 @@ async def test_kill_big_append_mid_insert(
 
 async def _copy_progress(admin: asyncpg.Connection, app: str, phase: str) -> int | None:
     """The pid of backend ``app`` once its COPY is in ``phase``: ``copy`` = rows
-    arriving (10,000 of 50,000 in), ``trigger`` = every row in, the AFTER trigger
-    checking and materializing them (the COPY command has not ended)."""
+    arriving (10,000 of a chunk's in), ``trigger`` = every row of a chunk in, the AFTER
+    trigger checking and materializing them (the COPY command has not ended). An import
+    COPYs IMPORT_CHUNK_ROWS rows per statement, in one transaction."""
     row = await admin.fetchrow(
         "SELECT p.pid, p.tuples_processed FROM pg_stat_progress_copy p"
         " JOIN pg_stat_activity a ON a.pid = p.pid WHERE a.application_name = $1",
@@ -245,9 +247,10 @@ async def _copy_progress(admin: asyncpg.Connection, app: str, phase: str) -> int
     if row is None:
         return None
     done = int(row["tuples_processed"])
-    if phase == "copy" and 10_000 <= done < BIG_IMPORT:
+    chunk = min(BIG_IMPORT, IMPORT_CHUNK_ROWS)
+    if phase == "copy" and 10_000 <= done < chunk:
         return int(row["pid"])
-    if phase == "trigger" and done == BIG_IMPORT:
+    if phase == "trigger" and done == chunk:
         return int(row["pid"])
     return None
 

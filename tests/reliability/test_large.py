@@ -24,6 +24,7 @@ from support.reliability import CLIENTS, T0, Client, assert_graph, chain, docume
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext
+from cwstore._store_base import IMPORT_CHUNK_ROWS
 from cwstore.document import SEMANTIC_CONTENT_MAX
 
 BIG_NODES = 200_000
@@ -160,6 +161,36 @@ async def test_two_hundred_thousand_nodes_with_bounded_memory(
         )
         assert await store.export_json(graph) == text
         assert await store.frontier(graph) == doc["frontier"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_violation_past_the_first_chunks_writes_nothing(
+    db_dsn: str, aconn: asyncpg.Connection, client: str
+) -> None:
+    """An import COPYs IMPORT_CHUNK_ROWS rows per statement while it checks the next
+    ones: a violation found after earlier chunks went in still writes nothing, and is
+    reported with its index and id."""
+    count = 2 * IMPORT_CHUNK_ROWS + 5_000
+    nodes = chain(count, tag="late-violation")
+    bad = count - 100
+    nodes[bad] = {**nodes[bad], "payload": {"changed": True}}  # its id no longer matches
+    store = await Client.open(client, db_dsn, min_size=1, max_size=1)
+    try:
+        graph = f"late-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(cwstore.ValidationError) as caught:
+            await store.call("import_state", graph, document(nodes))
+        assert [(v.code, v.index, v.node_id) for v in caught.value.violations] == [
+            ("identity", bad, nodes[bad]["id"])
+        ]
+        await assert_graph(aconn, graph, [])
+        assert (
+            await aconn.fetchval(
+                "SELECT count(*) FROM cwstore.nodes WHERE graph_id = cwstore.graph_key($1)", graph
+            )
+            == 0
+        )
     finally:
         await store.close()
 
