@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from ._migration_plan import (
     _BOOTSTRAP,
     _CITUS_INSTALLED,
+    _DISTRIBUTED,
     _LOCK,
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
@@ -31,6 +32,7 @@ from ._migration_plan import (
     _script,
     _timeout_setting,
     plan,
+    statements,
 )
 from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.asyncpg import (
@@ -43,7 +45,14 @@ from .drivers.asyncpg import (
 )
 from .errors import MigrationError
 
-__all__ = ["apply_migrations", "citus_installed", "distribute", "migrate_dsn", "status"]
+__all__ = [
+    "apply_migrations",
+    "citus_installed",
+    "distribute",
+    "distributed",
+    "migrate_dsn",
+    "status",
+]
 
 
 async def _read_applied(conn: AsyncpgConnection) -> list[AppliedMigration] | None:
@@ -158,7 +167,8 @@ async def apply_migrations(
                 async with c.transaction():
                     if not plan([migration], await _lock_and_read(c, timeout)):
                         continue  # another process applied it while we waited for the lock
-                    await c.execute_script(_script(migration.sql))
+                    for statement in statements(migration.sql):
+                        await c.execute_script(_script(statement))
                     await _record(c, migration)
                     await c.execute_script(_REGRANT)
             except DriverError as exc:
@@ -233,3 +243,16 @@ async def citus_installed(conn: RawConnection) -> bool:
     c = AsyncpgConnection(conn)
     async with c.transaction():
         return bool(await c.fetchval(_CITUS_INSTALLED))
+
+
+async def distributed(conn: RawConnection) -> bool:
+    """Whether the schema is distributed on Citus (:func:`distribute` ran); reads only.
+
+    A migration that redefines a function resets the settings ``citus.sql`` gives it,
+    so ``cwstore init`` runs :func:`distribute` again after migrating such a database.
+    """
+    c = AsyncpgConnection(conn)
+    async with c.transaction():
+        if not await c.fetchval(_CITUS_INSTALLED):
+            return False
+        return bool(await c.fetchval(_DISTRIBUTED))

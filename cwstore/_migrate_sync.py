@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from ._migration_plan import (
     _BOOTSTRAP,
     _CITUS_INSTALLED,
+    _DISTRIBUTED,
     _LOCK,
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
@@ -34,6 +35,7 @@ from ._migration_plan import (
     _script,
     _timeout_setting,
     plan,
+    statements,
 )
 from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.psycopg import (
@@ -50,6 +52,7 @@ __all__ = [
     "apply_migrations_sync",
     "citus_installed_sync",
     "distribute_sync",
+    "distributed_sync",
     "migrate_dsn_sync",
     "status_sync",
 ]
@@ -167,7 +170,8 @@ def apply_migrations_sync(
                 with c.transaction():
                     if not plan([migration], _lock_and_read(c, timeout)):
                         continue  # another process applied it while we waited for the lock
-                    c.execute_script(_script(migration.sql))
+                    for statement in statements(migration.sql):
+                        c.execute_script(_script(statement))
                     _record(c, migration)
                     c.execute_script(_REGRANT)
             except DriverError as exc:
@@ -242,3 +246,16 @@ def citus_installed_sync(conn: RawConnection) -> bool:
     c = PsycopgConnection(conn)
     with c.transaction():
         return bool(c.fetchval(_CITUS_INSTALLED))
+
+
+def distributed_sync(conn: RawConnection) -> bool:
+    """Whether the schema is distributed on Citus (:func:`distribute` ran); reads only.
+
+    A migration that redefines a function resets the settings ``citus.sql`` gives it,
+    so ``cwstore init`` runs :func:`distribute` again after migrating such a database.
+    """
+    c = PsycopgConnection(conn)
+    with c.transaction():
+        if not c.fetchval(_CITUS_INSTALLED):
+            return False
+        return bool(c.fetchval(_DISTRIBUTED))

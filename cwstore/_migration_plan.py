@@ -3,6 +3,7 @@ recorded rows as values, and :func:`plan` (see :mod:`cwstore.migrate`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,7 @@ __all__ = [
     "AppliedMigration",
     "MigrationStatus",
     "plan",
+    "statements",
 ]
 
 DEFAULT_LOCK_TIMEOUT: Final = 60.0
@@ -23,6 +25,10 @@ DEFAULT_LOCK_TIMEOUT: Final = 60.0
 
 _CITUS_INSTALLED: Final = (
     "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')"
+)
+_DISTRIBUTED: Final = (
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition"
+    " WHERE logicalrelid = 'cwstore.graphs'::regclass)"
 )
 _TABLE_EXISTS: Final = "SELECT to_regclass('cwstore.schema_migrations') IS NOT NULL"
 _BOOTSTRAP: Final = """
@@ -179,6 +185,73 @@ def _timeout_setting(seconds: float) -> str:
     if seconds <= 0:
         raise MigrationError(f"lock_timeout must be > 0 seconds, got {seconds}")
     return f"{max(1, round(seconds * 1000))}ms"
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z_0-9\x80-\U0010ffff]*)?\$")
+
+
+def statements(sql: str) -> list[str]:
+    """The statements of a SQL script, in order, as PostgreSQL's own client (psql)
+    splits one: at each semicolon outside quotes ('…', E'…', "…", dollar quotes) and
+    comments (--, nested /* */). Each keeps its comments and loses its closing
+    semicolon; pieces holding only comments or whitespace are dropped.
+
+    A migration runs one statement per query: a distributed PostgreSQL (Citus) passes
+    the text of the query to its workers when it changes a distributed table, and
+    refuses a text of several statements there."""
+    out: list[str] = []
+    start = 0
+    code = False
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if c == "/" and sql.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            continue
+        if c == ";":
+            if code:
+                out.append(sql[start:i].strip())
+            start, code, i = i + 1, False, i + 1
+            continue
+        if not c.isspace():
+            code = True
+        word = i > 0 and (sql[i - 1].isalnum() or sql[i - 1] in "_$")
+        if c == "'":
+            backslashes = (
+                word
+                and sql[i - 1] in "eE"
+                and not (i > 1 and (sql[i - 2].isalnum() or sql[i - 2] in "_$"))
+            )
+            i += 1
+            while i < n:
+                if (backslashes and sql[i] == "\\") or sql.startswith("''", i):
+                    i += 2
+                elif sql[i] == "'":
+                    break
+                else:
+                    i += 1
+        elif c == '"':
+            i += 1
+            while i < n and not (sql[i] == '"' and not sql.startswith('""', i)):
+                i += 2 if sql.startswith('""', i) else 1
+        elif c == "$" and not word and (tag := _DOLLAR_TAG.match(sql, i)):
+            end = sql.find(tag.group(), tag.end())
+            i = n if end < 0 else end + len(tag.group()) - 1
+        i += 1
+    if code:
+        out.append(sql[start:].strip())
+    return out
 
 
 def _script(sql: str) -> LiteralString:

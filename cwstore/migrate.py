@@ -43,11 +43,19 @@ what reads and records the files there, so it has to exist before any of them ha
 
 from __future__ import annotations
 
-from ._migrate_async import apply_migrations, citus_installed, distribute, migrate_dsn, status
+from ._migrate_async import (
+    apply_migrations,
+    citus_installed,
+    distribute,
+    distributed,
+    migrate_dsn,
+    status,
+)
 from ._migrate_sync import (
     apply_migrations_sync,
     citus_installed_sync,
     distribute_sync,
+    distributed_sync,
     migrate_dsn_sync,
     status_sync,
 )
@@ -63,6 +71,8 @@ __all__ = [
     "citus_installed_sync",
     "distribute",
     "distribute_sync",
+    "distributed",
+    "distributed_sync",
     "migrate_dsn",
     "migrate_dsn_sync",
     "plan",

@@ -28,9 +28,11 @@ empty database (for migration tests).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -41,6 +43,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from cwstore._sql import Migration
 from cwstore.migrate import apply_migrations_sync
 
 _CONTAINER_IMAGE = "postgres:18"
@@ -185,9 +188,10 @@ def _citus_nodes(coordinator_dsn: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def citus_database(coordinator_dsn: str) -> Iterator[str]:
+def citus_database(coordinator_dsn: str, files: Sequence[Migration] | None = None) -> Iterator[str]:
     """A new database on every node of the cluster of ``coordinator_dsn``, with citus,
-    its workers added, migrated and distributed; dropped on every node afterwards."""
+    its workers added, migrated (through ``files`` only, when given) and distributed;
+    dropped on every node afterwards."""
     from cwstore.migrate import distribute_sync
 
     nodes = _citus_nodes(coordinator_dsn)
@@ -209,12 +213,23 @@ def citus_database(coordinator_dsn: str) -> Iterator[str]:
                 conn.execute(
                     "SELECT citus_add_node(%s, %s)", (str(params["host"]), int(str(params["port"])))
                 )
-            apply_migrations_sync(conn)
+            apply_migrations_sync(conn, files)
             distribute_sync(conn)
         yield dsn
     finally:
         for node in nodes:
             _drop_database(node, name)
+
+
+@pytest.fixture
+def new_citus_database() -> Callable[[Sequence[Migration] | None], ContextManager[str]]:
+    """:func:`citus_database` on the cluster of ``CWSTORE_TEST_CITUS_DSN`` (skipped
+    without one): ``with new_citus_database(files) as dsn`` gives a database migrated
+    through ``files`` only (all when None) and distributed."""
+    citus = os.environ.get("CWSTORE_TEST_CITUS_DSN")
+    if not citus:
+        pytest.skip("CWSTORE_TEST_CITUS_DSN is not set: no Citus cluster for this test")
+    return functools.partial(citus_database, citus)
 
 
 @pytest.fixture(scope="module")

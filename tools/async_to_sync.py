@@ -59,6 +59,7 @@ TEXT = [
     ('"status"', '"status_sync"'),
     ('"distribute"', '"distribute_sync"'),
     ('"citus_installed"', '"citus_installed_sync"'),
+    ('"distributed"', '"distributed_sync"'),
     ('"add_tenant_member"', '"add_tenant_member_sync"'),
     ('"install_roles"', '"install_roles_sync"'),
     ("generates :mod:`cwstore._roles_sync` (psycopg) from this", "generated this module from"),
@@ -97,6 +98,7 @@ PAIRS = [
             "status": "status_sync",
             "distribute": "distribute_sync",
             "citus_installed": "citus_installed_sync",
+            "distributed": "distributed_sync",
         },
     ),
     (

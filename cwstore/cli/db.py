@@ -55,6 +55,12 @@ def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) ->
         if args.citus:
             migrate.distribute_sync(conn)
             print("tables distributed by graph on Citus", file=sys.stderr)
+        elif migrate.distributed_sync(conn):
+            migrate.distribute_sync(conn)
+            print(
+                "distributed on Citus: its settings (cwstore/sql/citus.sql) re-applied",
+                file=sys.stderr,
+            )
         elif migrate.citus_installed_sync(conn):
             print(
                 "note: this database has the citus extension; `cwstore init --citus` "

@@ -25,11 +25,15 @@
 --
 -- Safe with live writers: yes, between transactions (the trigger swap happens in this
 -- migration's one transaction). On a Citus cluster already distributed (cwstore init
--- --citus) the new trigger is created on the distributed nodes table, which Citus allows
--- only with citus.enable_unsafe_triggers (set below for this transaction; without Citus
--- the setting is an unused placeholder).
+-- --citus), the new trigger is created on the distributed nodes table, which Citus
+-- allows only with citus.enable_unsafe_triggers, and its DDL must reach the shards one
+-- at a time (citus.multi_shard_modify_mode) to be followed by function definitions in
+-- the same transaction: both are set below for this transaction (without Citus they are
+-- unused placeholders). cwstore init then re-applies cwstore/sql/citus.sql, whose
+-- function settings CREATE OR REPLACE resets.
 
 SET LOCAL citus.enable_unsafe_triggers = on;
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 
 -- 20_tables
 

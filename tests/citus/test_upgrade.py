@@ -1,0 +1,64 @@
+"""A database already distributed on Citus upgrades with ``cwstore init``.
+
+Citus passes the text of a query to its workers when the query changes a distributed
+table, and refuses a text of several statements there; and a migration that redefines a
+function drops the settings ``cwstore/sql/citus.sql`` gave it. So the runner sends a
+migration one statement at a time, and ``cwstore init`` re-applies ``citus.sql`` on a
+distributed database. Here a cluster distributed at migration 0003 takes every later
+migration and goes on appending, with the nodes it held.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager as ContextManager
+
+import psycopg
+import pytest
+
+import cwstore
+from cwstore._sql import Migration, migrations
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("CWSTORE_TEST_CITUS_DSN"),
+    reason="CWSTORE_TEST_CITUS_DSN is not set: no Citus cluster for these tests",
+)
+
+
+def test_a_distributed_database_takes_the_later_migrations(
+    new_citus_database: Callable[[Sequence[Migration] | None], ContextManager[str]],
+) -> None:
+    files = migrations()
+    assert len(files) > 3
+    graph = f"upgrade-{uuid.uuid4().hex[:8]}"
+    with new_citus_database(files[:3]) as dsn:
+        with cwstore.connect_sync(dsn, min_size=1, max_size=1) as store:
+            before = store.append(graph, [{"kind": "goal", "parents": [], "payload": "one"}])
+        done = subprocess.run(
+            [sys.executable, "-m", "cwstore", "init", "--dsn", dsn],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"applied {len(files) - 3} migration" in done.stderr
+        assert "re-applied" in done.stderr
+        with psycopg.connect(dsn) as conn:
+            versions = conn.execute("SELECT version FROM cwstore.schema_migrations").fetchall()
+            assert sorted(v for (v,) in versions) == [m.version for m in files]
+        with cwstore.connect_sync(dsn, min_size=1, max_size=1) as store:
+            after = store.append(
+                graph,
+                [
+                    {"kind": "inference", "parents": [before[0].id], "payload": {"n": i}}
+                    for i in range(1)
+                ]
+                + [{"kind": "answer", "parents": [], "payload": str(i)} for i in range(5)],
+            )
+            assert [n.sequence for n in after] == list(range(2, 8))
+            state = store.replay(graph)
+            assert [n.id for n in state.nodes] == [n.id for n in before + after]
