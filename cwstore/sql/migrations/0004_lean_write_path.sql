@@ -93,13 +93,17 @@ END $$;
 CREATE OR REPLACE FUNCTION cwstore.node_json(p_id text, p_kind text, p_parents text[], p_payload text,
                                   p_created_at text, p_seq bigint, p_resource_key text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
-  SELECT '{"id":' || to_json(p_id)::text || ',"kind":' || to_json(p_kind)::text
-         || ',"parents":' || array_to_json(p_parents)::text || ',"payload":' || p_payload
-         || ',"createdAt":' || to_json(p_created_at)::text || ',"sequence":' || p_seq
+  SELECT '{"id":"' || p_id || '","kind":"' || p_kind || '","parents":'
+         || CASE WHEN cardinality(p_parents) = 0 THEN '[]'
+                 ELSE '["' || array_to_string(p_parents, '","') || '"]' END
+         || ',"payload":' || p_payload || ',"createdAt":"' || p_created_at
+         || '","sequence":' || p_seq
          || CASE WHEN p_resource_key IS NULL THEN ''
                  ELSE ',"resourceKey":' || to_json(p_resource_key)::text END
          || '}'
 $$;
+COMMENT ON FUNCTION cwstore.node_json(text, text, text[], text, text, bigint, text) IS
+  'A stored node (a row of cwstore.nodes) as the runtime''s JSON object text (id, kind, parents, payload, createdAt, sequence, resourceKey?), payload verbatim.';
 
 -- 40_derive
 

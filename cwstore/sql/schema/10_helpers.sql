@@ -171,19 +171,24 @@ $$;
 COMMENT ON FUNCTION cwstore._json_member_text(text, text) IS
   'Private: exact JSON text of a member of a JSON object text, \u0000 escapes included.';
 
--- The runtime's JSON object of a node, fields in the runtime's order: what export
--- concatenates. STABLE, as to_json is, so that a query calling it gets its body inlined
--- (a SQL function declared more strictly than its body is called instead, and its body
--- planned again on every statement that calls it).
+-- The runtime's JSON object of a stored node, fields in the runtime's order: what export
+-- concatenates, built as it reads. Its arguments are a row of cwstore.nodes, whose id,
+-- kind, parents and createdAt hold nothing JSON escapes (nodes_id_check,
+-- nodes_kind_check, nodes_created_at_check, and parents are ids of nodes), so they are
+-- quoted as they are; the resourceKey, any text, goes through to_json. STABLE, as
+-- to_json is, so that a query calling it gets its body inlined (a SQL function declared
+-- more strictly than its body is called instead, its body planned again each time).
 CREATE FUNCTION cwstore.node_json(p_id text, p_kind text, p_parents text[], p_payload text,
                                   p_created_at text, p_seq bigint, p_resource_key text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
-  SELECT '{"id":' || to_json(p_id)::text || ',"kind":' || to_json(p_kind)::text
-         || ',"parents":' || array_to_json(p_parents)::text || ',"payload":' || p_payload
-         || ',"createdAt":' || to_json(p_created_at)::text || ',"sequence":' || p_seq
+  SELECT '{"id":"' || p_id || '","kind":"' || p_kind || '","parents":'
+         || CASE WHEN cardinality(p_parents) = 0 THEN '[]'
+                 ELSE '["' || array_to_string(p_parents, '","') || '"]' END
+         || ',"payload":' || p_payload || ',"createdAt":"' || p_created_at
+         || '","sequence":' || p_seq
          || CASE WHEN p_resource_key IS NULL THEN ''
                  ELSE ',"resourceKey":' || to_json(p_resource_key)::text END
          || '}'
 $$;
 COMMENT ON FUNCTION cwstore.node_json(text, text, text[], text, text, bigint, text) IS
-  'A node as the runtime''s JSON object text (id, kind, parents, payload, createdAt, sequence, resourceKey?), payload verbatim.';
+  'A stored node (a row of cwstore.nodes) as the runtime''s JSON object text (id, kind, parents, payload, createdAt, sequence, resourceKey?), payload verbatim.';
