@@ -120,12 +120,16 @@ class PsycopgConnection:
             self._copy(schema, table, columns, records)
             return
         rows = iter(records)
+
+        def draw() -> list[Row]:
+            return list(islice(rows, chunk_rows))
+
         with ThreadPoolExecutor(1, thread_name_prefix="cwstore-copy") as drawer:
-            chunk = list(islice(rows, chunk_rows))
+            chunk = draw()
             while chunk:
                 # The next chunk's rows are drawn in a thread while this one is written:
                 # this thread mostly waits on the server then, with the GIL released.
-                following = drawer.submit(lambda: list(islice(rows, chunk_rows)))
+                following = drawer.submit(draw)
                 try:
                     self._copy(schema, table, columns, chunk)
                 except BaseException:

@@ -48,7 +48,6 @@ DECLARE
   r record;
   nd record;
   v_head record;
-  v_pseqs bigint[];
   v_folds boolean;
   v_rows bigint;
   v_semantic boolean;
