@@ -222,6 +222,19 @@ END $$;
 COMMENT ON FUNCTION cwstore.graph_id_of(text) IS
   'The graph_id of a graph name (the key of its chain it holds), or NULL when there is no such graph.';
 
+CREATE FUNCTION cwstore.find_graph(p_name text)
+RETURNS TABLE (graph_id bigint, length bigint, vocabulary text[], incarnation bigint)
+LANGUAGE plpgsql STABLE STRICT ROWS 1 AS $$
+DECLARE
+  v_key bigint := cwstore.graph_id_of(p_name);
+BEGIN
+  RETURN QUERY
+  SELECT g.graph_id, g.length, g.vocabulary, g.incarnation
+    FROM cwstore.graphs g WHERE g.graph_id = v_key AND g.name = p_name;
+END $$;
+COMMENT ON FUNCTION cwstore.find_graph(text) IS
+  'The graph of a name: graph_id, length, vocabulary (NULL = dynamic) and incarnation (which life of the name); no row when there is none the caller may see.';
+
 CREATE FUNCTION cwstore._create_graph(p_name text, p_vocabulary text[], p_tenant text)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -618,8 +631,9 @@ BEGIN
   SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
     FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_key(p_graph) AND g.name = p_graph;
   IF NOT FOUND THEN
+    graph_id := cwstore.graph_id_of(p_graph);
     SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
-      FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_id_of(p_graph) AND g.name = p_graph;
+      FROM cwstore.graphs g WHERE g.graph_id = _graph.graph_id AND g.name = p_graph;
   END IF;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
@@ -745,12 +759,11 @@ BEGIN
   DELETE FROM cwstore.key_heads WHERE graph_id = NEW.graph_id;
   DELETE FROM cwstore.kind_counts WHERE graph_id = NEW.graph_id;
   DELETE FROM cwstore.nodes WHERE graph_id = NEW.graph_id;
-  IF g.key_probe > 0 THEN
+  -- A statement per key passed over: each names its key (its one shard on Citus).
+  FOR p IN 0 .. g.key_probe - 1 LOOP
     DELETE FROM cwstore.graph_key_detours
-     WHERE slot = ANY (ARRAY(SELECT cwstore.graph_key(g.name, p)
-                               FROM generate_series(0, g.key_probe - 1) p))
-       AND graph_id = NEW.graph_id;
-  END IF;
+     WHERE slot = cwstore.graph_key(g.name, p) AND graph_id = NEW.graph_id;
+  END LOOP;
   DELETE FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
   IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
     PERFORM pg_notify('cwstore', NEW.graph_id || ':erased');
@@ -869,24 +882,29 @@ BEGIN
   END IF;
 END $$;
 
--- _idle(idle, tenant, all, tenants) -> the graphs idle longer than idle, of the tenant
---   (every tenant when NULL) and of the tenants given (all of them when all), in key
---   order: idle since the last node was recorded, or since creation when the graph
---   holds none. A SQL function, inlined into its caller's query: a caller that stops
---   early reads no further. Cost: one lookup of the last node per graph read.
+-- _idle(idle, tenant, all, tenants, after, limit) -> up to limit (NULL: every) graphs
+--   with a key above after, idle longer than idle, of the tenant (every tenant when
+--   NULL) and of the tenants given (all of them when all), in key order: idle since the
+--   last node was recorded, or since creation when the graph holds none. Cost: one
+--   lookup of the last node per graph read. plpgsql: Citus cannot plan a SQL
+--   function's parameterized query over distributed tables.
 CREATE FUNCTION cwstore._idle(p_idle interval, p_tenant text, p_all boolean,
-                              p_tenants text[])
+                              p_tenants text[], p_after bigint, p_limit integer)
 RETURNS TABLE (graph_id bigint, graph text, tenant text, length bigint,
                last_write timestamptz)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN QUERY
   SELECT g.graph_id, g.name, g.tenant, g.length, coalesce(n.recorded_at, g.created_at)
     FROM cwstore.graphs g
     LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
-   WHERE (p_tenant IS NULL OR g.tenant = p_tenant)
+   WHERE g.graph_id > p_after
+     AND (p_tenant IS NULL OR g.tenant = p_tenant)
      AND (p_all OR g.tenant = ANY (p_tenants))
      AND coalesce(n.recorded_at, g.created_at) < now() - p_idle
    ORDER BY g.graph_id
-$$;
+   LIMIT p_limit;
+END $$;
 
 -- _erasable_tenants() -> the tenants the login role may erase; NULL: every tenant.
 CREATE FUNCTION cwstore._erasable_tenants() RETURNS text[]
@@ -906,7 +924,7 @@ BEGIN
   PERFORM cwstore._check_idle(p_idle);
   RETURN QUERY
   SELECT i.graph, i.tenant, i.length, i.last_write
-    FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants) i;
+    FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants, -1, NULL) i;
 END $$;
 COMMENT ON FUNCTION cwstore.idle_graphs_v1(interval, text) IS
   'The graphs idle longer than an interval (of a tenant, or every tenant when NULL) that the caller may erase: what erase_idle_v1 would erase. Erases nothing.';
@@ -922,27 +940,41 @@ RETURNS TABLE (graph text, tenant text, nodes bigint, last_write timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_tenants text[] := cwstore._erasable_tenants();
+  v_after bigint := -1;
+  v_left integer := p_batch;
+  v_found boolean;
+  v_last timestamptz;
   r record;
   c record;
 BEGIN
   PERFORM cwstore._check_idle(p_idle);
   PERFORM cwstore._check_batch(p_batch);
-  FOR r IN SELECT i.graph_id, i.graph
-             FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants) i LOOP
-    -- Locked, then checked again: still idle, still the same graph.
-    SELECT g.tenant, coalesce(n.recorded_at, g.created_at) AS last_write INTO c
-      FROM (SELECT x.* FROM cwstore.graphs x WHERE x.graph_id = r.graph_id
-               FOR UPDATE SKIP LOCKED) g
-      LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
-     WHERE g.name = r.graph;
-    CONTINUE WHEN NOT FOUND OR c.last_write >= now() - p_idle;
-    graph := r.graph;
-    tenant := c.tenant;
-    last_write := c.last_write;
-    nodes := cwstore._erase(r.graph_id, p_reason);
-    RETURN NEXT;
-    p_batch := p_batch - 1;
-    EXIT WHEN p_batch = 0;
+  -- Candidates in key order, a batch at a time, until batch graphs are erased.
+  LOOP
+    v_found := false;
+    FOR r IN SELECT i.graph_id, i.graph
+               FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants, v_after,
+                                  p_batch) i LOOP
+      v_found := true;
+      v_after := r.graph_id;
+      -- Locked, then checked again: still the same graph, still idle.
+      SELECT g.name, g.tenant, g.length, g.created_at INTO c
+        FROM cwstore.graphs g WHERE g.graph_id = r.graph_id FOR UPDATE SKIP LOCKED;
+      CONTINUE WHEN NOT FOUND OR c.name <> r.graph;
+      v_last := coalesce((SELECT n.recorded_at FROM cwstore.nodes n
+                           WHERE n.graph_id = r.graph_id AND n.seq = c.length), c.created_at);
+      CONTINUE WHEN v_last >= now() - p_idle;
+      graph := r.graph;
+      tenant := c.tenant;
+      last_write := v_last;
+      nodes := cwstore._erase(r.graph_id, p_reason);
+      RETURN NEXT;
+      v_left := v_left - 1;
+      IF v_left = 0 THEN
+        RETURN;
+      END IF;
+    END LOOP;
+    EXIT WHEN NOT v_found;
   END LOOP;
 END $$;
 COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS

@@ -44,6 +44,23 @@ END $$;
 COMMENT ON FUNCTION cwstore.graph_id_of(text) IS
   'The graph_id of a graph name (the key of its chain it holds), or NULL when there is no such graph.';
 
+-- find_graph(name) -> (graph_id, length, vocabulary, incarnation) of the graph of that
+--   name, no row when there is none (or none the caller may see: it runs as the
+--   caller). The key is found first, in a statement of its own: on Citus the row is then
+--   read from the graph's one shard.
+CREATE FUNCTION cwstore.find_graph(p_name text)
+RETURNS TABLE (graph_id bigint, length bigint, vocabulary text[], incarnation bigint)
+LANGUAGE plpgsql STABLE STRICT ROWS 1 AS $$
+DECLARE
+  v_key bigint := cwstore.graph_id_of(p_name);
+BEGIN
+  RETURN QUERY
+  SELECT g.graph_id, g.length, g.vocabulary, g.incarnation
+    FROM cwstore.graphs g WHERE g.graph_id = v_key AND g.name = p_name;
+END $$;
+COMMENT ON FUNCTION cwstore.find_graph(text) IS
+  'The graph of a name: graph_id, length, vocabulary (NULL = dynamic) and incarnation (which life of the name); no row when there is none the caller may see.';
+
 -- _create_graph(name, vocabulary, tenant) -> graph_id
 --   The graph of that name, created in the first free key of its chain unless it exists.
 --   Creations of one name (and of names sharing its first key) take turns on a

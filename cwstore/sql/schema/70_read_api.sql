@@ -48,8 +48,9 @@ BEGIN
   SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
     FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_key(p_graph) AND g.name = p_graph;
   IF NOT FOUND THEN
+    graph_id := cwstore.graph_id_of(p_graph);
     SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
-      FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_id_of(p_graph) AND g.name = p_graph;
+      FROM cwstore.graphs g WHERE g.graph_id = _graph.graph_id AND g.name = p_graph;
   END IF;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
