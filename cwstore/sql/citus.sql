@@ -93,8 +93,10 @@ ALTER FUNCTION cwstore._heads_at(bigint, bigint, boolean)
 ALTER FUNCTION cwstore._sees_tenant(text) SET citus.allow_nested_distributed_execution = on;
 ALTER FUNCTION cwstore._sees_graph(bigint) SET citus.allow_nested_distributed_execution = on;
 
--- The erasure (the trigger of cwstore.erasures, 90_erasure.sql) runs on the graph's
--- shard, on its worker; for a graph that took a probe past 0 it also removes its rows of
+-- The creation and the erasure of a graph that took a probe past 0 (the triggers
+-- cwstore._graph_detoured, 55_graph_keys.sql, and cwstore._erasure_recorded,
+-- 90_erasure.sql) run on the graph's shard, on its worker, and write its rows of
 -- graph_key_detours, kept under other keys, on their shards: a nested query Citus
 -- refuses unless told it is one. Each statement names one key.
+ALTER FUNCTION cwstore._graph_detoured() SET citus.allow_nested_distributed_execution = on;
 ALTER FUNCTION cwstore._erasure_recorded() SET citus.allow_nested_distributed_execution = on;

@@ -28,9 +28,11 @@ WRITABLE = {
     "schema_migrations",
     "tenant_members",
     "listeners",
+    "erasures",
 }
-"""The tables a client (or the owner, for tenant_members; listen_v1, for listeners)
-writes; every other cwstore table is derived from nodes."""
+"""The tables a client (or the owner, for tenant_members; listen_v1, for listeners; the
+erasure functions, for erasures, whose row is an erasure) writes; every other cwstore
+table is derived from nodes or graphs."""
 INF = 9223372036854775807
 
 Conn = psycopg.Connection[Any]
@@ -222,7 +224,7 @@ def test_every_derived_table_refuses_every_direct_write(
             err = refused(conn, lambda: conn.execute(sql))  # noqa: B023 (called at once)
             assert err.diag.sqlstate == "CW403", (table, operation, err)
             assert detail(err) == {"table": table, "operation": operation}
-    for table in ("nodes", "frontier_declarations"):
+    for table in ("nodes", "frontier_declarations", "erasures"):
         for operation, sql in (
             ("UPDATE", f"UPDATE cwstore.{table} SET graph_id = graph_id"),
             ("DELETE", f"DELETE FROM cwstore.{table}"),

@@ -146,6 +146,12 @@ CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
                      OR NEW.incarnation <> OLD.incarnation
                      OR NEW.name <> OLD.name OR NEW.vocabulary IS DISTINCT FROM OLD.vocabulary)
   EXECUTE FUNCTION cwstore._graphs_guard();
+CREATE TRIGGER graph_key_detours_derived BEFORE INSERT OR UPDATE OR DELETE
+  ON cwstore.graph_key_detours
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER graph_key_detours_no_truncate BEFORE TRUNCATE ON cwstore.graph_key_detours
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON cwstore.erasures
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON cwstore.erasures
@@ -269,12 +275,23 @@ BEGIN
     VALUES (cwstore.graph_key(p_name, v_free), p_name, p_vocabulary, p_tenant, v_free)
     ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id INTO v_id;
     IF v_id IS NOT NULL THEN
-      INSERT INTO cwstore.graph_key_detours (slot, graph_id)
-      SELECT cwstore.graph_key(p_name, p), v_id FROM generate_series(0, v_free - 1) p;
-      RETURN v_id;
+      RETURN v_id;  -- its detours: cwstore._graph_detoured
     END IF;
   END LOOP;
 END $$;
+
+CREATE FUNCTION cwstore._graph_detoured() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  FOR p IN 0 .. NEW.key_probe - 1 LOOP
+    INSERT INTO cwstore.graph_key_detours (slot, graph_id)
+    VALUES (cwstore.graph_key(NEW.name, p), NEW.graph_id);
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER graphs_detoured AFTER INSERT ON cwstore.graphs
+  FOR EACH ROW WHEN (NEW.key_probe > 0) EXECUTE FUNCTION cwstore._graph_detoured();
 
 CREATE FUNCTION cwstore._erased_meanwhile(p_graph text) RETURNS void
 LANGUAGE plpgsql AS $$

@@ -80,6 +80,12 @@ CREATE TRIGGER kind_counts_derived BEFORE INSERT OR UPDATE OR DELETE ON cwstore.
   EXECUTE FUNCTION cwstore._derived_only();
 CREATE TRIGGER kind_counts_no_truncate BEFORE TRUNCATE ON cwstore.kind_counts
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER graph_key_detours_derived BEFORE INSERT OR UPDATE OR DELETE
+  ON cwstore.graph_key_detours
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derived_only();
+CREATE TRIGGER graph_key_detours_no_truncate BEFORE TRUNCATE ON cwstore.graph_key_detours
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER graphs_no_truncate BEFORE TRUNCATE ON cwstore.graphs
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 

@@ -100,12 +100,27 @@ BEGIN
     VALUES (cwstore.graph_key(p_name, v_free), p_name, p_vocabulary, p_tenant, v_free)
     ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id INTO v_id;
     IF v_id IS NOT NULL THEN
-      INSERT INTO cwstore.graph_key_detours (slot, graph_id)
-      SELECT cwstore.graph_key(p_name, p), v_id FROM generate_series(0, v_free - 1) p;
-      RETURN v_id;
+      RETURN v_id;  -- its detours: cwstore._graph_detoured
     END IF;
   END LOOP;
 END $$;
+
+-- _graph_detoured (AFTER INSERT on graphs, for a graph past probe 0): records the keys
+-- its chain passed over, one statement per key (each names its key: its one shard on
+-- Citus). A trigger, so that graph_key_detours is written at trigger depth 1 only, as
+-- the tables derived from nodes are (30_guards.sql).
+CREATE FUNCTION cwstore._graph_detoured() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  FOR p IN 0 .. NEW.key_probe - 1 LOOP
+    INSERT INTO cwstore.graph_key_detours (slot, graph_id)
+    VALUES (cwstore.graph_key(NEW.name, p), NEW.graph_id);
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER graphs_detoured AFTER INSERT ON cwstore.graphs
+  FOR EACH ROW WHEN (NEW.key_probe > 0) EXECUTE FUNCTION cwstore._graph_detoured();
 
 -- _erased_meanwhile(name): raise CW404 for a graph found at the start of a call and
 -- gone when its row was locked: erased while the call waited.
