@@ -25,6 +25,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 REFERENCE_TABLES = ["listeners", "schema_migrations", "tenant_members"]
+KEYED_TABLES = {"erasures": "graph_id", "graph_key_detours": "slot"}
+"""Distributed and co-located with the graph tables, but not part of a graph's history:
+the audit record of erasures (by the erased graph's key) and the keys a name's chain
+passed over (by that key)."""
+COLLIDING = ("collide-1849903", "collide-2725982")
+"""Two names whose first keys collide (tests/vectors/graph_key_collision.json)."""
 
 
 def _chain(n: int, key: str | None = None) -> list[dict[str, Any]]:
@@ -61,7 +67,7 @@ def test_every_cwstore_table_is_distributed_by_graph_or_a_reference_table(db_dsn
                 " WHERE c.relnamespace = 'cwstore'::regnamespace AND c.relkind IN ('r', 'p')"
             )
         }
-        assert tables == set(GRAPH_TABLES) | set(REFERENCE_TABLES)
+        assert tables == set(GRAPH_TABLES) | set(KEYED_TABLES) | set(REFERENCE_TABLES)
         rows = {
             r[0]: (r[1], r[2], r[3])
             for r in conn.execute(
@@ -72,10 +78,12 @@ def test_every_cwstore_table_is_distributed_by_graph_or_a_reference_table(db_dsn
             )
         }
     assert set(rows) == tables
-    colocation = {rows[t][1] for t in GRAPH_TABLES}
+    colocation = {rows[t][1] for t in [*GRAPH_TABLES, *KEYED_TABLES]}
     assert len(colocation) == 1
     for t in GRAPH_TABLES:
         assert rows[t][0] == "h" and rows[t][2] == "graph_id", t
+    for t, column in KEYED_TABLES.items():
+        assert rows[t][0] == "h" and rows[t][2] == column, t
     for t in REFERENCE_TABLES:
         assert rows[t][0] == "n", t
 
@@ -173,6 +181,81 @@ def test_an_append_is_single_shard_statements_without_two_phase_commit(db_dsn: s
     assert row is not None and row[0] > 0 and row[1] == 0, row
     assert before == after
     assert length == (4,)
+
+
+def _counters(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT query_execution_single_shard, query_execution_multi_shard"
+        " FROM pg_database d, citus_stat_counters(d.oid) c"
+        " WHERE d.datname = current_database()"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _reset_counters(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET citus.enable_stat_counters = on")
+    conn.execute(
+        "SELECT citus_stat_counters_reset(oid) FROM pg_database WHERE datname = current_database()"
+    )
+
+
+def test_an_erasure_is_single_shard_statements_without_two_phase_commit(db_dsn: str) -> None:
+    """One graph's erasure runs on its one worker: its audit record is co-located with
+    it, every statement names its key, and it commits in one phase."""
+    graph = f"erase-{uuid.uuid4().hex}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, graph, _chain(4, key="doc"))
+        gid = conn.execute("SELECT cwstore.graph_id_of(%s)", (graph,)).fetchone()
+        _reset_counters(conn)
+        before = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        erased = conn.execute("SELECT cwstore.erase_graph_v1(%s, 'test')", (graph,)).fetchone()
+        single, multi = _counters(conn)
+        after = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        left = {
+            t: conn.execute(
+                psycopg.sql.SQL("SELECT count(*) FROM cwstore.{} WHERE graph_id = %s").format(
+                    psycopg.sql.Identifier(t)
+                ),
+                gid,
+            ).fetchone()
+            for t in GRAPH_TABLES
+        }
+        record = conn.execute(
+            "SELECT nodes, reason FROM cwstore.erasures WHERE graph_id = %s", gid
+        ).fetchall()
+    assert erased == (4,)
+    assert single > 0 and multi == 0, (single, multi)
+    assert before == after
+    assert left == {t: (0,) for t in GRAPH_TABLES}
+    assert record == [(4, "test")]
+
+
+def test_names_whose_keys_collide_both_live_on_the_cluster(db_dsn: str) -> None:
+    """The second name takes the next key of its chain, on that key's worker; erasing the
+    first leaves the second found through its detour, and the first's name comes back."""
+    first, second = COLLIDING
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _append(conn, first, _chain(2))
+        _append(conn, second, _chain(3))
+        keys = conn.execute(
+            "SELECT name, key_probe, graph_id = cwstore.graph_key(name, key_probe), length"
+            " FROM cwstore.graphs WHERE name = ANY(%s) ORDER BY name",
+            (list(COLLIDING),),
+        ).fetchall()
+        conn.execute("SELECT cwstore.erase_graph_v1(%s)", (first,))
+        still = conn.execute("SELECT count(*) FROM cwstore.frontier_at(%s)", (second,)).fetchone()
+        _append(conn, first, _chain(1))
+        again = conn.execute(
+            "SELECT key_probe, length FROM cwstore.graphs WHERE name = %s", (first,)
+        ).fetchone()
+        conn.execute("SELECT cwstore.erase_graph_v1(%s)", (second,))
+        detours = conn.execute("SELECT count(*) FROM cwstore.graph_key_detours").fetchone()
+        conn.execute("SELECT cwstore.erase_graph_v1(%s)", (first,))
+    assert keys == [(first, 0, True, 2), (second, 1, True, 3)]
+    assert still == (1,)
+    assert again == (0, 1)
+    assert detours == (0,)
 
 
 def test_as_of_reads_go_to_the_graphs_one_shard(db_dsn: str) -> None:
