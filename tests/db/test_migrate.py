@@ -472,3 +472,40 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
         with pytest.raises(psycopg.Error) as refused:  # the guards are on again
             conn.execute("UPDATE cwstore.nodes SET kind = 'goal'")
         assert refused.value.sqlstate == "CW403"
+
+
+def test_erasure_migration_keeps_every_graph_and_numbers_its_life(empty_db_dsn: str) -> None:
+    """0005_erasure on a database of 0001..0004 holding graphs: no graph_id changes
+    (every graph is at probe 0 of its chain), each graph's life takes its graph_id as its
+    incarnation, a new life takes one above every graph_id, and a graph of before is
+    erased whole like any other."""
+    files = migrations()
+    upto = [m for m in files if m.version <= 4]
+    nodes = (
+        f'[{{"id":"cw_{1:024x}","kind":"goal","parents":[],"payload":{{"i":1}},'
+        '"createdAt":"2025-01-01T00:00:00Z","resourceKey":"doc"}]'
+    )
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert apply_migrations_sync(conn, upto) == [1, 2, 3, 4]
+        for g in ("a", "b"):
+            conn.execute("SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (g, nodes))
+        ids = conn.execute("SELECT name, graph_id FROM cwstore.graphs ORDER BY name").fetchall()
+        projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
+        assert apply_migrations_sync(conn) == [m.version for m in files if m.version > 4]
+        assert (
+            conn.execute(
+                "SELECT name, graph_id FROM cwstore.graphs"
+                " WHERE key_probe = 0 AND incarnation = graph_id ORDER BY name"
+            ).fetchall()
+            == ids
+        )
+        assert conn.execute("SELECT cwstore.projection_v1('a')").fetchone() == projection
+        assert conn.execute("SELECT cwstore.erase_graph_v1('a', 'test')").fetchone() == (1,)
+        conn.execute("SELECT count(*) FROM cwstore.append_v1('c', %s::json)", (nodes,))
+        assert conn.execute(
+            "SELECT name, incarnation > (SELECT max(graph_id) FROM cwstore.graphs)"
+            " FROM cwstore.graphs ORDER BY name"
+        ).fetchall() == [("b", False), ("c", True)]
+        assert conn.execute(
+            "SELECT count(*) FROM cwstore.nodes WHERE graph_id = %s", (ids[0][1],)
+        ).fetchone() == (0,)
