@@ -48,6 +48,7 @@ READ_API = {
     "unlisten_v1()",
     "export_v1(text,bigint,timestampwithtimezone)",
     "export_parts_v1(text,bigint,timestampwithtimezone,bigint)",
+    "_erasure_events(bigint,bigint,bigint,bigint,integer)",
 }
 WRITE_API = {
     "append_v1(text,json,bigint,json)",
@@ -56,6 +57,13 @@ WRITE_API = {
     "ensure_graph_v1(text,text[])",
     "import_rows_v1(bigint,bigint[],text[],text[],text[],text[],text[],text[])",
 }
+ERASE_API = {
+    "erase_graph_v1(text,text)",
+    "erase_tenant_v1(text,text,integer)",
+    "idle_graphs_v1(interval,text)",
+    "erase_idle_v1(interval,text,text,integer)",
+}
+"""Run by cwstore_admin only (docs/erasure.md), checked again inside per tenant."""
 
 
 @dataclass
@@ -415,13 +423,21 @@ def test_the_write_api_is_exactly_the_definer_functions(setup: Roles) -> None:
             "SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',"
             " has_function_privilege('cwstore_reader', p.oid, 'EXECUTE'),"
             " has_function_privilege('cwstore_writer', p.oid, 'EXECUTE'),"
+            " has_function_privilege('cwstore_admin', p.oid, 'EXECUTE'),"
             " array_to_string(p.proconfig, ',')"
             " FROM pg_proc p WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prosecdef"
         ).fetchall()
     found = {_sig(r[0]): r for r in rows}
-    assert set(found) == WRITE_API | READ_API, sorted(found)
-    for sig, (_, reader, writer, config) in found.items():
-        assert (reader, writer) == ((False, True) if sig in WRITE_API else (True, True)), sig
+    assert set(found) == WRITE_API | READ_API | ERASE_API, sorted(found)
+    for sig, (_, reader, writer, admin, config) in found.items():
+        expected = (
+            (False, True, True)
+            if sig in WRITE_API
+            else (False, False, True)
+            if sig in ERASE_API
+            else (True, True, True)
+        )
+        assert (reader, writer, admin) == expected, sig
         assert "search_path=pg_catalog, pg_temp" in config, sig
 
 
@@ -440,7 +456,8 @@ def test_no_role_may_change_a_table(setup: Roles) -> None:
     with psycopg.connect(setup.admin, autocommit=True) as c:
         rows = c.execute(
             "SELECT c.relname, r.rolname, p.priv FROM pg_class c"
-            " CROSS JOIN (VALUES ('cwstore_reader'), ('cwstore_writer'), ('public')) r(rolname)"
+            " CROSS JOIN (VALUES ('cwstore_reader'), ('cwstore_writer'), ('cwstore_admin'),"
+            " ('public')) r(rolname)"
             " CROSS JOIN (VALUES ('INSERT'), ('UPDATE'), ('DELETE'), ('TRUNCATE')) p(priv)"
             " WHERE c.relnamespace = 'cwstore'::regnamespace AND c.relkind IN ('r', 'v')"
             "   AND r.rolname <> 'public'"
@@ -452,7 +469,10 @@ def test_no_role_may_change_a_table(setup: Roles) -> None:
             " AND c.relkind IN ('r', 'v')"
             " AND NOT has_table_privilege('cwstore_reader', c.oid, 'SELECT')"
         ).fetchall()
-        assert unread == []
+        assert unread == [("erasures",)]  # the audit record: admins only
+        assert c.execute(
+            "SELECT has_table_privilege('cwstore_admin', 'cwstore.erasures', 'SELECT')"
+        ).fetchone() == (True,)
         public_exec = c.execute(
             "SELECT p.proname FROM pg_proc p, aclexplode(coalesce(p.proacl,"
             " acldefault('f', p.proowner))) a WHERE p.pronamespace = 'cwstore'::regnamespace"

@@ -1,8 +1,10 @@
--- 0005_erasure: forgetting on request, and graph names that never collide.
+-- 0005_erasure: forgetting on request, graph names that never collide, and calls
+-- bounded in time whatever their input.
 --
 -- Why: history was append-only with no way to remove a graph short of a superuser
--- turning the guards off; and a graph's key, 48 bits of its name's MD5, refused for good
--- a second name with the same key (docs/erasure.md).
+-- turning the guards off; a graph's key, 48 bits of its name's MD5, refused for good a
+-- second name with the same key (docs/erasure.md); and some calls cost the square of
+-- their input (docs/reliability.md).
 --
 --   * cwstore.erasures, the audit record: inserting a row erases the graph (its trigger,
 --     90_erasure.sql); erase_graph_v1, erase_tenant_v1, idle_graphs_v1, erase_idle_v1
@@ -20,6 +22,11 @@
 --     is erased while it waits gets CW404 and never creates it again.
 --   * tail_all_v2: the all-graphs feed with erasure events (tail_all_v1 unchanged in
 --     what it returns).
+--   * Linear where they were quadratic: ancestors/descendants (_walk no longer hands
+--     every node reached to each level's query), a node's parents checked in order
+--     (lag() instead of reading a text[] element by index, from the array's start).
+--   * A graph name is at most max_graph_name_bytes() (2000) bytes wherever a graph is
+--     created, as the clients already required; messages quote 200 characters of it.
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 --
@@ -42,6 +49,13 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 $$;
 COMMENT ON FUNCTION cwstore.graph_key(text, integer) IS
   'The key of a graph name at a probe of its chain (48 bits of md5; probe 0, the default, is the graph_id of almost every graph): graphs.graph_id = graph_key(name, key_probe).';
+
+CREATE FUNCTION cwstore.max_graph_name_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT 2000
+$$;
+COMMENT ON FUNCTION cwstore.max_graph_name_bytes() IS
+  'The longest graph name, in bytes of UTF-8 (2000).';
 
 -- 20_tables
 
@@ -157,10 +171,367 @@ CREATE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON cwstore.erasures
 CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON cwstore.erasures
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 
+-- 40_derive
+
+CREATE OR REPLACE FUNCTION cwstore._nodes_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+DECLARE
+  r record;
+  nd record;
+  v_head record;
+  v_folds boolean;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
+  v_gid bigint;
+  v_vocab text[];
+  v_gids bigint[];
+  v_los bigint[];
+  v_his bigint[];
+  v_cnts bigint[];
+  v_lo bigint;
+  v_hi bigint;
+  v_cnt bigint;
+  v_work_mem text;
+  v_jit text;
+BEGIN
+  -- The batch's graphs (usually one) with their first and last sequence and count: the
+  -- statements below read one graph at a time, never joining this transition table to
+  -- another table (Citus cannot plan that join on a shard).
+  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt),
+         sum(x.cnt), bool_or(x.semantic), bool_or(x.keyed)
+    INTO v_gids, v_los, v_his, v_cnts, v_rows, v_semantic, v_keyed
+    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
+                 bool_or(n.kind = 'semantic') AS semantic,
+                 bool_or(n.resource_key IS NOT NULL) AS keyed
+            FROM new_nodes n GROUP BY n.graph_id) x;
+  IF v_gids IS NULL THEN
+    RETURN NULL;
+  END IF;
+
+  -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
+  IF v_semantic THEN
+  FOREACH v_gid IN ARRAY v_gids LOOP
+  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = v_gid;
+  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, v_vocab AS vocabulary
+    INTO r
+    FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
+                 cwstore.payload_jsonb(n.payload_text) AS payload
+            FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid) n
+   WHERE NOT (
+         jsonb_typeof(n.payload) = 'object'
+     AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
+         = ARRAY['content', 'key', 'type']
+     AND jsonb_typeof(n.payload -> 'type') = 'string'
+     AND jsonb_typeof(n.payload -> 'key') = 'string'
+     AND (n.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+     AND (n.payload ->> 'key') ~ '^[a-z0-9_./:-]{1,120}$'
+     AND n.resource_key IS NOT DISTINCT FROM
+         ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
+     AND (v_vocab IS NULL OR (n.payload ->> 'type') = ANY (v_vocab)))
+   LIMIT 1;
+  IF FOUND THEN
+    IF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+       AND r.vocabulary IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (r.vocabulary))
+       AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
+           = ARRAY['content', 'key', 'type'] THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
+    ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
+       AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
+      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
+        format('semantic type %L is malformed', r.payload ->> 'type'));
+    END IF;
+    PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
+      'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+  END IF;
+  END LOOP;
+  END IF;
+
+  IF v_rows <= 3 THEN
+    -- Node by node, in sequence order. Per node one statement checks its parents (in
+    -- order: sorted and listed once, existing, earlier), records the edges, moves the
+    -- frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it
+    -- alone) and counts the node's kind; a keyed node then checks and moves its chain.
+    FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
+      v_folds := NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0));
+      WITH e AS (
+        INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+        SELECT nd.graph_id, nd.seq, u.o::integer - 1,
+               CASE
+                 WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
+                   THEN cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
+                     format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
+                 WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', nd.graph_id, nd.seq,
+                   nd.id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
+                 WHEN m.seq >= nd.seq THEN cwstore._violation('parent_order', nd.graph_id, nd.seq,
+                   nd.id, format('$.parents[%s]', u.o - 1),
+                   format('parent %s is not earlier in sequence', u.pid))
+                 ELSE m.seq
+               END
+          FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
+                  FROM unnest(nd.parents) WITH ORDINALITY AS x(pid, o)) u
+          LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                              WHERE m.graph_id = nd.graph_id AND m.id = u.pid) m ON true
+         ORDER BY u.o
+        RETURNING parent_seq),
+      closed AS (
+        UPDATE cwstore.frontier_spans s SET to_seq = nd.seq
+          FROM e
+         WHERE v_folds AND s.graph_id = nd.graph_id AND s.head_seq = e.parent_seq
+           AND s.to_seq = cwstore.infinity_seq()),
+      opened AS (
+        INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+        SELECT nd.graph_id, nd.seq, nd.seq, 0, cwstore.infinity_seq() WHERE v_folds)
+      INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+      SELECT nd.graph_id, nd.kind, nd.seq,
+             coalesce((SELECT k.n FROM cwstore.kind_counts k
+                        WHERE k.graph_id = nd.graph_id AND k.kind = nd.kind
+                        ORDER BY k.seq DESC LIMIT 1), 0) + 1;
+
+      IF nd.resource_key IS NOT NULL THEN
+        SELECT h.head_seq, h.head_id, h.version INTO v_head
+          FROM cwstore.key_heads h WHERE h.graph_id = nd.graph_id AND h.key = nd.resource_key;
+        IF FOUND THEN
+          IF NOT (v_head.head_id = ANY (nd.parents)) THEN
+            PERFORM cwstore._chain_conflict(nd.graph_id, nd.resource_key, nd.seq, nd.id,
+                                            v_head.head_id, nd.parents);
+          END IF;
+          UPDATE cwstore.key_versions SET to_seq = nd.seq
+           WHERE graph_id = nd.graph_id AND key = nd.resource_key AND node_seq = v_head.head_seq;
+          UPDATE cwstore.key_heads SET head_seq = nd.seq, head_id = nd.id, version = v_head.version + 1
+           WHERE graph_id = nd.graph_id AND key = nd.resource_key;
+          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+          VALUES (nd.graph_id, nd.resource_key, v_head.version + 1, nd.seq, cwstore.infinity_seq());
+        ELSE
+          INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
+          VALUES (nd.graph_id, nd.resource_key, nd.seq, nd.id, 1, nd.seq);
+          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+          VALUES (nd.graph_id, nd.resource_key, 1, nd.seq, cwstore.infinity_seq());
+        END IF;
+      END IF;
+    END LOOP;
+
+  ELSE
+    v_work_mem := current_setting('work_mem');
+    v_jit := current_setting('jit');
+    PERFORM set_config('work_mem', '64MB', true), set_config('jit', 'off', true);
+    -- Set-based statements, graph by graph. Each graph's new rows are first read from
+    -- the transition table into arrays; the statements then work over unnest() of those
+    -- arrays and read and write the tables only where graph_id = the graph (Citus cannot
+    -- join a transition table to a distributed table on a shard; so it routes each
+    -- statement to the graph's local shard).
+    DECLARE
+      a_seq bigint[];
+      a_id text[];
+      a_kind text[];
+      a_folds boolean[];
+      p_child bigint[];
+      p_id text[];
+      p_pos integer[];
+      p_pid text[];
+      p_prev text[];
+      p_folds boolean[];
+      p_seq bigint[];
+      c_parent bigint[];
+      c_at bigint[];
+      k_key text[];
+      k_seq bigint[];
+      k_id text[];
+      k_parents text[];
+      v_key text[];
+      v_seq bigint[];
+      v_id text[];
+      v_version bigint[];
+      v_next bigint[];
+      v_first bigint[];
+      v_rn bigint[];
+      v_base bigint[];
+      b_kind text[];
+      b_n bigint[];
+    BEGIN
+    FOREACH v_gid IN ARRAY v_gids LOOP
+      SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
+             array_agg(n.kind ORDER BY n.seq),
+             array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+                       ORDER BY n.seq)
+        INTO a_seq, a_id, a_kind, a_folds
+        FROM new_nodes n WHERE n.graph_id = v_gid;
+
+      -- Parents: resolve, check existence, order and uniqueness, and record the edges;
+      -- then close the frontier spans of parents and open spans for the new heads (SPEC
+      -- 4's fold: semantic nodes and parentless system nodes leave the frontier alone).
+      -- (Each parent's predecessor by lag(): a text[] element found by its index is
+      -- read from the array's start, quadratic in a node's parents.)
+      SELECT array_agg(u.seq), array_agg(u.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
+             array_agg(u.prev), array_agg(u.folds)
+        INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
+        FROM (SELECT n.seq, n.id, x.ord, x.pid,
+                     lag(x.pid) OVER (PARTITION BY n.seq ORDER BY x.ord) AS prev,
+                     NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+                       AS folds
+                FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS x(pid, ord)
+               WHERE n.graph_id = v_gid) u;
+      IF p_child IS NOT NULL THEN
+        -- Parents in the batch itself are found by a join with it; only the others are
+        -- looked up one by one in the index (never a scan of the whole table).
+        SELECT array_agg(
+                 CASE
+                   WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', v_gid,
+                     p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                     format('parent %s does not exist', p.pid))
+                   WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', v_gid,
+                     p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                     format('parent %s is not earlier in sequence', p.pid))
+                   WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+                     THEN cwstore._violation('parent_order', v_gid, p.child_seq, p.child_id,
+                     format('$.parents[%s]', p.position),
+                     'parents must be sorted ascending and listed once')
+                   ELSE m.seq
+                 END ORDER BY p.o)
+          INTO p_seq
+          FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
+                 WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
+          LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
+          LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                                     WHERE m.graph_id = v_gid
+                                                       AND m.id = p.pid LIMIT 1)) AS seq) m
+            ON true;
+        INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+        SELECT v_gid, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
+        SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
+          FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
+                  FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
+                 WHERE u.f GROUP BY u.s) x;
+        -- Only open spans (the partial index), so this join stays small at any size.
+        UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+          FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+         WHERE s.graph_id = v_gid AND s.head_seq = c.parent_seq
+           AND s.to_seq = cwstore.infinity_seq();
+      ELSE
+        c_parent := NULL;
+        c_at := NULL;
+      END IF;
+      INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+      SELECT v_gid, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+        FROM unnest(a_seq, a_folds) AS n(seq, folds)
+        LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+       WHERE n.folds;
+
+      -- Resource chains: the first new version of a key must link to the key's head, each
+      -- later one in the batch to the one before it. A node that does not is a lost race
+      -- (CW410), whoever wrote it.
+      IF v_keyed THEN
+        SELECT array_agg(n.resource_key ORDER BY n.seq), array_agg(n.seq ORDER BY n.seq),
+               array_agg(n.id ORDER BY n.seq), array_agg(n.parents::text ORDER BY n.seq)
+          INTO k_key, k_seq, k_id, k_parents
+          FROM new_nodes n WHERE n.graph_id = v_gid AND n.resource_key IS NOT NULL;
+        IF k_key IS NOT NULL THEN
+          WITH k AS (
+            SELECT k.*, h.version AS base_version, h.head_seq,
+                   CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+              FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
+                           row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
+                           lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
+                      FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
+                    WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
+              LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                                  WHERE h.graph_id = v_gid AND h.key = k.key LIMIT 1) h ON true
+          )
+          SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
+                 array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                                THEN coalesce(k.base_version, 0) + k.rn
+                                ELSE cwstore._chain_conflict(v_gid, k.key, k.seq, k.id,
+                                                             k.expected, k.parents)
+                           END),
+                 array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
+                 array_agg(k.head_seq)
+            INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
+            FROM k;
+          UPDATE cwstore.key_versions v SET to_seq = c.seq
+            FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
+           WHERE c.rn = 1 AND c.head_seq IS NOT NULL
+             AND v.graph_id = v_gid AND v.key = c.key AND v.node_seq = c.head_seq;
+          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+          SELECT v_gid, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
+            FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
+          INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+          SELECT v_gid, u.key, u.seq, u.id, u.version, u.batch_first
+            FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
+                   AS u(key, seq, id, version, next_seq, batch_first)
+           WHERE u.next_seq IS NULL
+          ON CONFLICT (graph_id, key) DO UPDATE
+            SET head_seq = excluded.head_seq, head_id = excluded.head_id,
+                version = excluded.version;
+        END IF;
+      END IF;
+
+      -- Running counts by kind.
+      SELECT array_agg(d.kind), array_agg(
+               coalesce((SELECT k.n FROM cwstore.kind_counts k
+                          WHERE k.graph_id = v_gid AND k.kind = d.kind
+                          ORDER BY k.seq DESC LIMIT 1), 0))
+        INTO b_kind, b_n
+        FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
+      INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+      SELECT v_gid, n.kind, n.seq,
+             b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
+        FROM unnest(a_seq, a_kind) AS n(seq, kind)
+        JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+    END LOOP;
+    END;
+    PERFORM set_config('work_mem', v_work_mem, true), set_config('jit', v_jit, true);
+  END IF;
+
+  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
+  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
+  -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
+  -- shard's worker, where a statement must name its graph to stay on the local shard.
+  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
+  -- a subscripted parameter in an UPDATE's SET list.)
+  FOR i IN 1 .. cardinality(v_gids) LOOP
+    v_gid := v_gids[i];
+    v_lo := v_los[i];
+    v_hi := v_his[i];
+    v_cnt := v_cnts[i];
+    UPDATE cwstore.graphs g SET length = v_hi
+     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
+    IF NOT FOUND THEN
+      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'CW404',
+          MESSAGE = format('graph id %s does not exist', v_gid),
+          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
+      END IF;
+      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
+        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
+    END IF;
+    IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END
+$body$;
+
 -- 50_tenancy
 
 ALTER TABLE cwstore.erasures ENABLE ROW LEVEL SECURITY;
 CREATE POLICY erasures_tenant ON cwstore.erasures USING (cwstore._sees_tenant(tenant));
+
+CREATE OR REPLACE FUNCTION cwstore._check_writer(p_graph text, p_tenant text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF p_tenant IS NOT NULL AND NOT cwstore._may_use(p_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('role %s may not write graph %L: the graph belongs to a tenant the role is not a member of',
+                       session_user, left(p_graph, 200)),
+      DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text,
+      HINT = 'An administrator adds the role to the tenant: SELECT cwstore.add_tenant_member(tenant, role)';
+  END IF;
+END $$;
 
 CREATE OR REPLACE FUNCTION cwstore.apply_grants() RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -297,7 +668,7 @@ CREATE FUNCTION cwstore._erased_meanwhile(p_graph text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION USING ERRCODE = 'CW404',
-    MESSAGE = format('graph %L was erased while this call waited for it', p_graph),
+    MESSAGE = format('graph %L was erased while this call waited for it', left(p_graph, 200)),
     DETAIL = jsonb_build_object('graph', p_graph, 'erased', true)::text;
 END $$;
 
@@ -310,7 +681,7 @@ BEGIN
                     AND e.xid >= pg_catalog.pg_current_xact_id()::text::bigint) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph %L was erased by a transaction newer than this one: write it again in a new transaction',
-                       p_graph),
+                       left(p_graph, 200)),
       DETAIL = jsonb_build_object('graph', p_graph, 'erased', true)::text;
   END IF;
 END $$;
@@ -326,6 +697,11 @@ BEGIN
   IF p_graph IS NULL OR p_graph = '' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
                                'a graph name must be a non-empty string');
+  END IF;
+  IF octet_length(p_graph) > cwstore.max_graph_name_bytes() THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+      format('a graph name is at most %s bytes of UTF-8 (this one has %s)',
+             cwstore.max_graph_name_bytes(), octet_length(p_graph)));
   END IF;
   v_id := cwstore.graph_id_of(p_graph);
   IF v_id IS NULL THEN
@@ -360,7 +736,7 @@ BEGIN
   END IF;
   IF v_len > 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'CW412',
-      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
+      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', left(p_graph, 200), v_len),
       DETAIL = jsonb_build_object('graph', p_graph, 'length', v_len)::text;
   END IF;
   UPDATE cwstore.graphs SET vocabulary = p_vocabulary
@@ -551,7 +927,7 @@ BEGIN
                   WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
                                      WHERE n.graph_id = v_graph_id AND n.id = u.id)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
-      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
+      MESSAGE = format('graph %L has length %s, the writer expected %s', left(p_graph, 200), v_len,
                        p_expected_length),
       DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
                                   'actual_length', v_len)::text;
@@ -654,12 +1030,85 @@ BEGIN
   END IF;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
-      MESSAGE = format('graph %L does not exist', p_graph),
+      MESSAGE = format('graph %L does not exist', left(p_graph, 200)),
       DETAIL = jsonb_build_object('graph', p_graph)::text;
   END IF;
 END $$;
 COMMENT ON FUNCTION cwstore._graph(text) IS
   'Private: resolve a graph name to (graph_id, length); CW404 if unknown.';
+
+CREATE OR REPLACE FUNCTION cwstore._node_seq(p_graph_id bigint, p_graph text, p_node_id text)
+RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_seq bigint;
+BEGIN
+  SELECT n.seq INTO v_seq FROM cwstore.nodes n
+   WHERE n.graph_id = p_graph_id AND n.id = p_node_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L has no node %s', left(p_graph, 200), left(coalesce(p_node_id, 'NULL'), 200)),
+      DETAIL = jsonb_build_object('graph', p_graph, 'node_id', p_node_id)::text;
+  END IF;
+  RETURN v_seq;
+END $$;
+COMMENT ON FUNCTION cwstore._node_seq(bigint, text, text) IS
+  'Private: the seq of node_id in a graph; CW404 if the graph has no such node.';
+
+CREATE OR REPLACE FUNCTION cwstore._walk(p_graph_id bigint, p_start bigint, p_up boolean,
+                              p_max_depth integer, p_bound bigint, p_target bigint)
+RETURNS TABLE (seq bigint, depth integer, via bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_mark boolean[] := '{}';  -- v_mark[|s - start|] once s is reached, false before
+  v_level bigint[] := ARRAY[p_start];
+  v_next bigint[];
+  v_hood bigint[];
+  v_from bigint[];
+  v_at integer;
+  d integer := 0;
+BEGIN
+  IF (p_up AND p_start <= p_bound) OR (NOT p_up AND p_start >= p_bound)
+     OR p_max_depth <= 0 THEN
+    RETURN;
+  END IF;
+  WHILE cardinality(v_level) > 0 AND (p_max_depth IS NULL OR d < p_max_depth) LOOP
+    d := d + 1;
+    IF p_up THEN
+      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
+        INTO v_hood, v_from
+        FROM (SELECT e.parent_seq AS s, min(e.child_seq) AS v FROM cwstore.edges e
+               WHERE e.graph_id = p_graph_id AND e.child_seq = ANY (v_level)
+                 AND e.parent_seq >= p_bound
+               GROUP BY e.parent_seq) x;
+    ELSE
+      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
+        INTO v_hood, v_from
+        FROM (SELECT e.child_seq AS s, min(e.parent_seq) AS v FROM cwstore.edges e
+               WHERE e.graph_id = p_graph_id AND e.parent_seq = ANY (v_level)
+                 AND e.child_seq <= p_bound
+               GROUP BY e.child_seq) x;
+    END IF;
+    depth := d;
+    v_next := '{}';
+    FOR i IN 1 .. cardinality(v_hood) LOOP
+      v_at := abs(v_hood[i] - p_start)::integer;
+      IF v_at > cardinality(v_mark) THEN  -- grown by doubling: amortized O(1) a node
+        v_mark := v_mark || array_fill(false, ARRAY[greatest(v_at, 2 * cardinality(v_mark), 64)
+                                                    - cardinality(v_mark)]);
+      END IF;
+      CONTINUE WHEN v_mark[v_at];
+      v_mark[v_at] := true;
+      seq := v_hood[i];
+      via := v_from[i];
+      v_next := v_next || seq;
+      RETURN NEXT;
+    END LOOP;
+    v_level := v_next;
+    EXIT WHEN p_target IS NOT NULL AND p_target = ANY (v_level);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION cwstore._walk(bigint, bigint, boolean, integer, bigint, bigint) IS
+  'Private: breadth-first walk over edges from one node (up = to parents), minimal depth and predecessor per node reached.';
 
 -- 80_listeners
 

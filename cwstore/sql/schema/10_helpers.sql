@@ -123,6 +123,18 @@ $$;
 COMMENT ON FUNCTION cwstore.graph_key(text, integer) IS
   'The key of a graph name at a probe of its chain (48 bits of md5; probe 0, the default, is the graph_id of almost every graph): graphs.graph_id = graph_key(name, key_probe).';
 
+-- The longest graph name, in bytes of UTF-8: every door refuses a longer one when it
+-- would create the graph (ensure_graph_v1, and so append_v1 and begin_import_v1), and
+-- the clients refuse it before sending (cwstore._store_base.MAX_GRAPH_NAME_BYTES, the
+-- same number, checked by tests/db/test_limits.py). Messages quote at most 200
+-- characters of a name.
+CREATE FUNCTION cwstore.max_graph_name_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT 2000
+$$;
+COMMENT ON FUNCTION cwstore.max_graph_name_bytes() IS
+  'The longest graph name, in bytes of UTF-8 (2000).';
+
 CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT box(point(graph_id, seq), point(graph_id, seq))

@@ -129,7 +129,7 @@ BEGIN
         INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
         SELECT nd.graph_id, nd.seq, u.o::integer - 1,
                CASE
-                 WHEN u.o > 1 AND nd.parents[u.o - 1] COLLATE "C" >= u.pid COLLATE "C"
+                 WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
                    THEN cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
                      format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
                  WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', nd.graph_id, nd.seq,
@@ -139,7 +139,8 @@ BEGIN
                    format('parent %s is not earlier in sequence', u.pid))
                  ELSE m.seq
                END
-          FROM unnest(nd.parents) WITH ORDINALITY AS u(pid, o)
+          FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
+                  FROM unnest(nd.parents) WITH ORDINALITY AS x(pid, o)) u
           LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
                               WHERE m.graph_id = nd.graph_id AND m.id = u.pid) m ON true
          ORDER BY u.o
@@ -230,12 +231,17 @@ BEGIN
       -- Parents: resolve, check existence, order and uniqueness, and record the edges;
       -- then close the frontier spans of parents and open spans for the new heads (SPEC
       -- 4's fold: semantic nodes and parentless system nodes leave the frontier alone).
-      SELECT array_agg(n.seq), array_agg(n.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
-             array_agg(n.parents[u.ord - 1]),
-             array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0)))
+      -- (Each parent's predecessor by lag(): a text[] element found by its index is
+      -- read from the array's start, quadratic in a node's parents.)
+      SELECT array_agg(u.seq), array_agg(u.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
+             array_agg(u.prev), array_agg(u.folds)
         INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
-        FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS u(pid, ord)
-       WHERE n.graph_id = v_gid;
+        FROM (SELECT n.seq, n.id, x.ord, x.pid,
+                     lag(x.pid) OVER (PARTITION BY n.seq ORDER BY x.ord) AS prev,
+                     NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+                       AS folds
+                FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS x(pid, ord)
+               WHERE n.graph_id = v_gid) u;
       IF p_child IS NOT NULL THEN
         -- Parents in the batch itself are found by a join with it; only the others are
         -- looked up one by one in the index (never a scan of the whole table).

@@ -78,7 +78,7 @@ BEGIN
   IF p_tenant IS NOT NULL AND NOT cwstore._may_use(p_tenant) THEN
     RAISE EXCEPTION USING ERRCODE = '42501',
       MESSAGE = format('role %s may not write graph %L: the graph belongs to a tenant the role is not a member of',
-                       session_user, p_graph),
+                       session_user, left(p_graph, 200)),
       DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text,
       HINT = 'An administrator adds the role to the tenant: SELECT cwstore.add_tenant_member(tenant, role)';
   END IF;

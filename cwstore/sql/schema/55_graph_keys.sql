@@ -128,7 +128,7 @@ CREATE FUNCTION cwstore._erased_meanwhile(p_graph text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION USING ERRCODE = 'CW404',
-    MESSAGE = format('graph %L was erased while this call waited for it', p_graph),
+    MESSAGE = format('graph %L was erased while this call waited for it', left(p_graph, 200)),
     DETAIL = jsonb_build_object('graph', p_graph, 'erased', true)::text;
 END $$;
 
@@ -146,7 +146,7 @@ BEGIN
                     AND e.xid >= pg_catalog.pg_current_xact_id()::text::bigint) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph %L was erased by a transaction newer than this one: write it again in a new transaction',
-                       p_graph),
+                       left(p_graph, 200)),
       DETAIL = jsonb_build_object('graph', p_graph, 'erased', true)::text;
   END IF;
 END $$;

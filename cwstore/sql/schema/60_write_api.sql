@@ -289,6 +289,11 @@ BEGIN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
                                'a graph name must be a non-empty string');
   END IF;
+  IF octet_length(p_graph) > cwstore.max_graph_name_bytes() THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+      format('a graph name is at most %s bytes of UTF-8 (this one has %s)',
+             cwstore.max_graph_name_bytes(), octet_length(p_graph)));
+  END IF;
   v_id := cwstore.graph_id_of(p_graph);
   IF v_id IS NULL THEN
     v_tenant := cwstore._new_graph_tenant();
@@ -325,7 +330,7 @@ BEGIN
   END IF;
   IF v_len > 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'CW412',
-      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
+      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', left(p_graph, 200), v_len),
       DETAIL = jsonb_build_object('graph', p_graph, 'length', v_len)::text;
   END IF;
   UPDATE cwstore.graphs SET vocabulary = p_vocabulary
@@ -653,7 +658,7 @@ BEGIN
                   WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
                                      WHERE n.graph_id = v_graph_id AND n.id = u.id)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
-      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
+      MESSAGE = format('graph %L has length %s, the writer expected %s', left(p_graph, 200), v_len,
                        p_expected_length),
       DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
                                   'actual_length', v_len)::text;

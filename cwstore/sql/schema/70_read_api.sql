@@ -54,7 +54,7 @@ BEGIN
   END IF;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
-      MESSAGE = format('graph %L does not exist', p_graph),
+      MESSAGE = format('graph %L does not exist', left(p_graph, 200)),
       DETAIL = jsonb_build_object('graph', p_graph)::text;
   END IF;
 END $$;
@@ -73,7 +73,7 @@ BEGIN
    WHERE n.graph_id = p_graph_id AND n.id = p_node_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
-      MESSAGE = format('graph %L has no node %s', p_graph, coalesce(p_node_id, 'NULL')),
+      MESSAGE = format('graph %L has no node %s', left(p_graph, 200), left(coalesce(p_node_id, 'NULL'), 200)),
       DETAIL = jsonb_build_object('graph', p_graph, 'node_id', p_node_id)::text;
   END IF;
   RETURN v_seq;
@@ -181,82 +181,63 @@ COMMENT ON FUNCTION cwstore._heads_at(bigint, bigint, boolean) IS
 --   start it was first reached from (the smallest such seq). Only nodes with
 --   seq >= bound (up) or seq <= bound (down) are visited; max_depth NULL = no limit;
 --   the walk stops after the level that reaches target (NULL = none).
---   Nodes already reached are not expanded again. Two ways to remember them:
---   * unbounded walks (max_depth NULL) usually reach much of the window between start
---     and bound, so they mark a boolean[] indexed by distance in seq from start: O(1) a
---     check, for a 1-byte slot per sequence number of the window, filled once;
---   * walks bounded by max_depth keep the nodes reached in a bigint[] and leave them
---     out with a hashed NOT IN, O(reached) a level: no cost in the window's length.
---   Cost: O(r log n) for the r nodes reached (one index descent each), plus the array
---   of the window (unbounded) or O(max_depth * r) (bounded).
+--   Nodes already reached are not expanded again: each level's query is given that
+--   level only and returns its neighbours; this function keeps the nodes reached in a
+--   boolean[] indexed by distance in seq from start (grown as far as the walk goes, 1
+--   byte a slot) and checks each neighbour there, O(1). Nothing the size of the walk so
+--   far goes into a query: that made a level cost what every level before it had
+--   reached, and a chain's closure quadratic.
+--   Cost: O(r log n) for the r nodes reached (one index descent each), plus a query per
+--   level, plus the array up to the farthest node reached.
 CREATE FUNCTION cwstore._walk(p_graph_id bigint, p_start bigint, p_up boolean,
                               p_max_depth integer, p_bound bigint, p_target bigint)
 RETURNS TABLE (seq bigint, depth integer, via bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-  v_size bigint := CASE WHEN p_up THEN p_start - p_bound ELSE p_bound - p_start END;
-  v_dense boolean := p_max_depth IS NULL;
-  v_mark boolean[];     -- unbounded: v_mark[|s - start|] once s is reached
-  v_seen bigint[];      -- bounded: start and every node reached
+  v_mark boolean[] := '{}';  -- v_mark[|s - start|] once s is reached, false before
   v_level bigint[] := ARRAY[p_start];
   v_next bigint[];
-  v_via bigint[];
+  v_hood bigint[];
+  v_from bigint[];
+  v_at integer;
   d integer := 0;
-  i integer;
 BEGIN
-  IF v_size <= 0 OR p_max_depth <= 0 THEN
+  IF (p_up AND p_start <= p_bound) OR (NOT p_up AND p_start >= p_bound)
+     OR p_max_depth <= 0 THEN
     RETURN;
   END IF;
-  IF v_dense THEN
-    v_mark := array_fill(false, ARRAY[v_size::integer]);
-  ELSE
-    v_seen := ARRAY[p_start];
-  END IF;
-  WHILE cardinality(v_level) > 0 AND (v_dense OR d < p_max_depth) LOOP
+  WHILE cardinality(v_level) > 0 AND (p_max_depth IS NULL OR d < p_max_depth) LOOP
     d := d + 1;
-    IF p_up AND v_dense THEN
+    IF p_up THEN
       SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
-        INTO v_next, v_via
-        FROM (SELECT e.parent_seq AS s, min(e.child_seq) AS v FROM cwstore.edges e
-               WHERE e.graph_id = p_graph_id AND e.child_seq = ANY (v_level)
-                 AND e.parent_seq >= p_bound AND NOT v_mark[p_start - e.parent_seq]
-               GROUP BY e.parent_seq) x;
-    ELSIF p_up THEN
-      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
-        INTO v_next, v_via
+        INTO v_hood, v_from
         FROM (SELECT e.parent_seq AS s, min(e.child_seq) AS v FROM cwstore.edges e
                WHERE e.graph_id = p_graph_id AND e.child_seq = ANY (v_level)
                  AND e.parent_seq >= p_bound
-                 AND e.parent_seq NOT IN (SELECT unnest(v_seen))
                GROUP BY e.parent_seq) x;
-    ELSIF v_dense THEN
-      SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
-        INTO v_next, v_via
-        FROM (SELECT e.child_seq AS s, min(e.parent_seq) AS v FROM cwstore.edges e
-               WHERE e.graph_id = p_graph_id AND e.parent_seq = ANY (v_level)
-                 AND e.child_seq <= p_bound AND NOT v_mark[e.child_seq - p_start]
-               GROUP BY e.child_seq) x;
     ELSE
       SELECT coalesce(array_agg(x.s ORDER BY x.s), '{}'), coalesce(array_agg(x.v ORDER BY x.s), '{}')
-        INTO v_next, v_via
+        INTO v_hood, v_from
         FROM (SELECT e.child_seq AS s, min(e.parent_seq) AS v FROM cwstore.edges e
                WHERE e.graph_id = p_graph_id AND e.parent_seq = ANY (v_level)
                  AND e.child_seq <= p_bound
-                 AND e.child_seq NOT IN (SELECT unnest(v_seen))
                GROUP BY e.child_seq) x;
     END IF;
     depth := d;
-    FOR i IN 1 .. cardinality(v_next) LOOP
-      seq := v_next[i];
-      via := v_via[i];
-      IF v_dense THEN
-        v_mark[abs(seq - p_start)] := true;
+    v_next := '{}';
+    FOR i IN 1 .. cardinality(v_hood) LOOP
+      v_at := abs(v_hood[i] - p_start)::integer;
+      IF v_at > cardinality(v_mark) THEN  -- grown by doubling: amortized O(1) a node
+        v_mark := v_mark || array_fill(false, ARRAY[greatest(v_at, 2 * cardinality(v_mark), 64)
+                                                    - cardinality(v_mark)]);
       END IF;
+      CONTINUE WHEN v_mark[v_at];
+      v_mark[v_at] := true;
+      seq := v_hood[i];
+      via := v_from[i];
+      v_next := v_next || seq;
       RETURN NEXT;
     END LOOP;
-    IF NOT v_dense THEN
-      v_seen := v_seen || v_next;
-    END IF;
     v_level := v_next;
     EXIT WHEN p_target IS NOT NULL AND p_target = ANY (v_level);
   END LOOP;
