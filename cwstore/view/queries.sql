@@ -21,7 +21,8 @@ SELECT CASE WHEN pg_catalog.to_regrole('cwstore_reader') IS NULL THEN false
 
 -- name: view_graph
 -- A graph's id and length, if the role may read it.
-SELECT graph_id, length FROM cwstore.graphs WHERE name = $1
+SELECT graph_id, length FROM cwstore.graphs
+ WHERE graph_id = cwstore.graph_id_of($1) AND name = $1
 
 -- name: view_window_nodes
 -- Nodes $2..$3 of graph id $1, with the first 160 characters of their payload text.
