@@ -318,8 +318,10 @@ class Store:
         if known is not None:
             new = check_suffix(todo, known)
             # An erased graph refuses the append: a length conflict (the graph is gone,
-            # or is a new life of another length) or, mid-append, GraphErasedError.
-            with suppress(ConflictError, GraphErasedError):
+            # or is a new life of another length), GraphErasedError mid-append, or, for
+            # a new life of the same length, a refused batch (its parents are not
+            # there). Each case goes cold and compares with what is stored now.
+            with suppress(ConflictError, GraphErasedError, ValidationError):
                 sent, rows = self._append_rows(graph, new, known.length, todo.frontier)
                 if self._saved.wrote(graph, known, todo, new, rows):
                     return stored_nodes(sent, rows)
