@@ -88,7 +88,7 @@ async def test_an_outsiders_open_transaction_does_not_stall_tail_all(
 
         def first() -> str:
             for item in sync.tail_all():
-                if item.graph == graph:
+                if isinstance(item, cwstore.TailItem) and item.graph == graph:
                     return str(item.node.id)
             raise AssertionError("the feed ended")
 
