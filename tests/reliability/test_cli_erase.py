@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
+import queue
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import cwstore
 
@@ -140,6 +141,16 @@ def test_retention_dry_run_lists_and_erases_nothing_then_yes_erases(db_dsn: str)
     assert not any(_exists(db_dsn, g) for g in names)
 
 
+def _readline(stream: IO[bytes], timeout: float = 60) -> bytes:
+    """One line of ``stream``, or an AssertionError after ``timeout`` seconds."""
+    box: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
+    try:
+        return box.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"no line within {timeout}s") from None
+
+
 def test_tail_of_a_graph_that_gets_erased_ends_with_a_message(db_dsn: str) -> None:
     g = _graph(db_dsn, nodes=2)
     proc = subprocess.Popen(
@@ -151,12 +162,7 @@ def test_tail_of_a_graph_that_gets_erased_ends_with_a_message(db_dsn: str) -> No
     )
     try:
         assert proc.stdout is not None
-        seen: list[Any] = []
-        deadline = time.monotonic() + 60
-        while len(seen) < 2 and time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], 1)
-            if ready:
-                seen.append(json.loads(proc.stdout.readline()))
+        seen = [json.loads(_readline(proc.stdout)) for _ in range(2)]
         assert [n["sequence"] for n in seen] == [1, 2]
         with cwstore.connect_sync(db_dsn) as store:
             store.erase(g)
