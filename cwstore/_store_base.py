@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any, LiteralString, TypeAlias, cast
 
@@ -34,7 +34,7 @@ from .errors import (
     ValidationError,
     Violation,
 )
-from .results import GraphInfo, KeyVersion
+from .results import ErasedGraph, ErasedIdleGraph, GraphInfo, IdleGraph, KeyVersion
 
 __all__ = [
     "COPY_COLUMNS",
@@ -178,13 +178,9 @@ def check_read_length(graph: str, seq: int | None, length: int) -> None:
         raise InputError(f"graph {graph!r} has {length} nodes; cannot read as of {seq}")
 
 
-def tenant_settings(tenant: str | None) -> dict[str, str]:
-    """The session settings for a store's ``tenant=`` option (``{}`` for none).
-
-    Raises :class:`InputError` for a tenant that is not a non-empty string without NUL.
-    """
-    if tenant is None:
-        return {}
+def check_tenant(tenant: Any) -> str:
+    """A tenant name: a non-empty string without NUL or lone surrogates, else
+    :class:`InputError`."""
     if (
         not isinstance(tenant, str)
         or not tenant
@@ -194,7 +190,62 @@ def tenant_settings(tenant: str | None) -> dict[str, str]:
         raise InputError(
             f"tenant must be a non-empty string without NUL or lone surrogates, got {tenant!r}"
         )
-    return {"cwstore.tenant": tenant}
+    return tenant
+
+
+def tenant_settings(tenant: str | None) -> dict[str, str]:
+    """The session settings for a store's ``tenant=`` option (``{}`` for none).
+
+    Raises :class:`InputError` for a tenant that is not a non-empty string without NUL.
+    """
+    if tenant is None:
+        return {}
+    return {"cwstore.tenant": check_tenant(tenant)}
+
+
+MAX_ERASE_BATCH = 2**31 - 1
+"""The largest ``batch`` the erasure functions take (an SQL ``integer``)."""
+
+
+def check_reason(reason: Any) -> str | None:
+    """An erasure's reason: ``None`` or a string PostgreSQL text can hold, else
+    :class:`InputError`."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str) or "\x00" in reason or jsontext._bad_string(reason):
+        raise InputError(f"reason must be a string without NUL or lone surrogates, got {reason!r}")
+    return reason
+
+
+def check_batch(batch: Any) -> int:
+    """A batch size of the erasure functions: an ``int`` from 1 to 2**31 - 1, else
+    :class:`InputError`."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_ERASE_BATCH:
+        raise InputError(f"batch must be an integer from 1 to {MAX_ERASE_BATCH}, got {batch!r}")
+    return batch
+
+
+def check_idle(idle: Any) -> timedelta:
+    """A retention age: a :class:`~datetime.timedelta` longer than zero, else
+    :class:`InputError`."""
+    if not isinstance(idle, timedelta) or idle <= timedelta(0):
+        raise InputError(f"idle must be a timedelta longer than zero, got {idle!r}")
+    return idle
+
+
+def erased_graph(row: Sequence[Any]) -> ErasedGraph:
+    """An ``erase_tenant`` row as an :class:`ErasedGraph`."""
+    return ErasedGraph(row[0], int(row[1]))
+
+
+def idle_graph(row: Sequence[Any]) -> IdleGraph:
+    """An ``idle_graphs`` row as an :class:`IdleGraph`."""
+    return IdleGraph(row[0], row[1], int(row[2]), row[3])
+
+
+def erased_idle_graph(row: Sequence[Any]) -> ErasedIdleGraph:
+    """An ``erase_idle`` row as an :class:`ErasedIdleGraph`."""
+    return ErasedIdleGraph(row[0], row[1], int(row[2]), row[3])
 
 
 def graph_info(row: Sequence[Any]) -> GraphInfo:

@@ -23,6 +23,7 @@ __all__ = [
     "DatabaseError",
     "DivergedError",
     "Error",
+    "GraphErasedError",
     "GraphExistsError",
     "InputError",
     "LengthConflictError",
@@ -78,8 +79,10 @@ class Error(Exception):
 
     def __init_subclass__(cls, sqlstate: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.sqlstate = sqlstate
+        # A leaf without a code of its own keeps its parent's (GraphErasedError is a
+        # CW404 too) but is never what the code maps to: its parent picks it by DETAIL.
         if sqlstate is not None:
+            cls.sqlstate = sqlstate
             Error._by_sqlstate[sqlstate] = cls
 
     def __init__(self, message: str | None = None) -> None:
@@ -244,7 +247,8 @@ class ChainConflictError(ConflictError, sqlstate="CW410"):
 
 
 class UnknownGraphError(Error, sqlstate="CW404"):
-    """The graph does not exist."""
+    """The graph does not exist (or belongs to a tenant the role may not read: the
+    answer is the same, so it never tells that a name exists elsewhere)."""
 
     def __init__(self, message: str | None = None, *, graph: str | None = None) -> None:
         self.graph = graph
@@ -252,7 +256,24 @@ class UnknownGraphError(Error, sqlstate="CW404"):
 
     @classmethod
     def from_detail(cls, message: str, detail: Mapping[str, Any]) -> Error:
+        if detail.get("erased") is True:
+            return GraphErasedError(message, graph=detail.get("graph"))
         return cls(message, graph=detail.get("graph"))
+
+
+class GraphErasedError(UnknownGraphError):
+    """The life of the graph this call worked on was erased (``cwstore erase``,
+    :meth:`AsyncStore.erase`); nothing more of it will be read or written.
+
+    Raised by :meth:`AsyncStore.tail` when the graph it follows is erased (even when a
+    new graph of the same name exists: the tail never delivers its nodes), and by a
+    write that lost its graph to a concurrent erasure (SQLSTATE ``CW404`` whose DETAIL
+    says ``"erased": true``); such a write wrote nothing. An :class:`UnknownGraphError`,
+    so code that handles a missing graph handles this one too.
+    """
+
+    def __init__(self, message: str | None = None, *, graph: str | None = None) -> None:
+        super().__init__(message or f"graph {graph!r} was erased", graph=graph)
 
 
 class GraphExistsError(Error, sqlstate="CW412"):

@@ -5,8 +5,9 @@ section 8). The database computes it in one call (``cwstore.projection_v1``) fro
 tables: frontier spans, key versions and running counts, all index lookups, so the
 cost does not grow with the graph's length. This module only turns that answer into
 typed values; payloads travel as their exact JSON text and are parsed here.
-:class:`GraphInfo` describes a graph, :class:`Cursor` and :class:`TailItem` are the
-all-graphs feed's position and items.
+:class:`GraphInfo` describes a graph, :class:`Cursor`, :class:`TailItem` and
+:class:`ErasedItem` are the all-graphs feed's position and items; :class:`ErasedGraph`,
+:class:`IdleGraph` and :class:`ErasedIdleGraph` are what erasure and retention report.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ from .jsontext import loads_stored
 
 __all__ = [
     "Cursor",
+    "ErasedGraph",
+    "ErasedIdleGraph",
+    "ErasedItem",
     "FrontierHead",
     "GraphInfo",
+    "IdleGraph",
     "KeyVersion",
     "MemoryEntry",
     "NodeRef",
@@ -219,3 +224,49 @@ class TailItem:
     cursor: Cursor
     graph: str
     node: CausalNode
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedItem:
+    """An erasure in the all-graphs feed: every node of the graph with key ``graph_id``
+    that the feed delivered before this item is erased; forget them.
+
+    It comes after every node of the erased life of the graph and before any node of a
+    new life of the same name. It carries no name (the database keeps none of an erased
+    graph): a follower knows the name from the :class:`TailItem` objects it received
+    with this ``graph_id``. ``cursor`` resumes the feed after it.
+    """
+
+    cursor: Cursor
+    graph_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedGraph:
+    """A graph :meth:`AsyncStore.erase_tenant` erased, and how many nodes it held."""
+
+    graph: str
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdleGraph:
+    """A graph idle for longer than asked (:meth:`AsyncStore.idle_graphs`): its tenant,
+    its length and when its last node was recorded (``last_write``; when it was created,
+    for a graph holding no node)."""
+
+    graph: str
+    tenant: str
+    length: int
+    last_write: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedIdleGraph:
+    """A graph :meth:`AsyncStore.erase_idle` erased: its tenant, the nodes it held and
+    when it was last written (as :class:`IdleGraph`)."""
+
+    graph: str
+    tenant: str
+    nodes: int
+    last_write: datetime

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -35,11 +35,18 @@ from ._store_base import (
     StateLike,
     as_of_args,
     check_after,
+    check_batch,
     check_graph_name,
+    check_idle,
     check_read_length,
+    check_reason,
+    check_tenant,
+    erased_graph,
+    erased_idle_graph,
     export_rows,
     export_text,
     graph_info,
+    idle_graph,
     key_version,
     node_from_row,
     prepare_batch,
@@ -56,12 +63,23 @@ from .drivers.psycopg import PsycopgPool
 from .errors import (
     ConflictError,
     DivergedError,
+    GraphErasedError,
     SchemaNotReadyError,
     UnknownGraphError,
     ValidationError,
     renumber,
 )
-from .results import Cursor, GraphInfo, KeyVersion, Projection, TailItem
+from .results import (
+    Cursor,
+    ErasedGraph,
+    ErasedIdleGraph,
+    ErasedItem,
+    GraphInfo,
+    IdleGraph,
+    KeyVersion,
+    Projection,
+    TailItem,
+)
 from .suffix import SavedPrefix, SaveMemory, check_stored_length, check_suffix, read_state
 
 __all__ = ["Store", "connect_sync"]
@@ -287,18 +305,31 @@ class Store:
         proportion to the new nodes (plus, for a dict, reading each node's id; the
         nodes of an :class:`AgentState` are compared as objects). A state that is not
         valid past the prefix raises :class:`ValidationError`.
+
+        A graph erased since this store last saved it (by this store or another) is
+        saved again from scratch: what the store remembered of it is dropped when its
+        append is refused, and the stored graph is read again in one snapshot. Raises
+        :class:`GraphErasedError` when the graph is erased while this call writes it
+        (nothing was written).
         """
         check_graph_name(graph)
         todo = read_state(state)
         known = self._saved.usable(graph, todo, expected_length)
         if known is not None:
             new = check_suffix(todo, known)
-            with suppress(ConflictError):
+            # An erased graph refuses the append: a length conflict (the graph is gone,
+            # or is a new life of another length), GraphErasedError mid-append, or, for
+            # a new life of the same length, a refused batch (its parents are not
+            # there). Each case goes cold and compares with what is stored now.
+            with suppress(ConflictError, GraphErasedError, ValidationError):
                 sent, rows = self._append_rows(graph, new, known.length, todo.frontier)
                 if self._saved.wrote(graph, known, todo, new, rows):
                     return stored_nodes(sent, rows)
             self._saved.forget(graph)
-        with self._pool.connection() as conn:
+        # One snapshot for the length, the ids and the frontier: all from one life of
+        # the graph, even when it is erased and created again meanwhile.
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(q("read_snapshot"))
             row = conn.fetchrow(q("graph_get"), graph)
             stored = check_stored_length(graph, todo, row[1] if row else 0, expected_length)
             if stored and row is not None:
@@ -355,30 +386,158 @@ class Store:
             rows = conn.fetch(q("key_history"), g[0], key)
         return [key_version(key, r) for r in rows]
 
+    # --- erasure and retention ------------------------------------------------------------
+
+    def erase(self, graph: str, *, reason: str | None = None) -> int:
+        """Erase the graph: every row of it, from every cwstore table, in one
+        transaction, leaving an audit record without its name or content
+        (``docs/erasure.md``). Returns how many nodes it held.
+
+        Appends and imports in flight finish first (the erasure waits for the graph's
+        lock); a writer that then finds the graph gone gets :class:`GraphErasedError`
+        and writes nothing; a tail of it ends with :class:`GraphErasedError`. The name
+        can be used again afterwards, for a new graph from sequence 1. This store
+        forgets what it remembered of the graph for :meth:`save`.
+
+        Parameters
+        ----------
+        graph:
+            The graph's name.
+        reason:
+            Why, kept in the audit record (free text; ``None`` for none).
+
+        Raises
+        ------
+        InputError
+            A bad name or reason (nothing was sent).
+        UnknownGraphError
+            No such graph, or one of a tenant the role may not read.
+        PermissionDeniedError
+            The role may read the graph but not erase it (only ``cwstore_admin``
+            members, for their tenants, and unrestricted roles may).
+        """
+        check_graph_name(graph)
+        check_reason(reason)
+        self._saved.forget(graph)
+        try:
+            with self._pool.connection() as conn:
+                return int(conn.fetchval(q("erase_graph"), graph, reason))
+        finally:
+            self._saved.forget(graph)
+
+    def erase_tenant(
+        self, tenant: str, *, reason: str | None = None, batch: int = 100
+    ) -> list[ErasedGraph]:
+        """Erase every graph of ``tenant`` (as :meth:`erase` does each), ``batch``
+        graphs per transaction, until none is left; then the tenant's memberships go
+        too. Returns the graphs erased, in the order they went (an empty list when the
+        tenant had none).
+
+        When it raises part way, the batches before were erased and stay erased; call
+        it again to finish.
+
+        Raises :class:`InputError` for a bad tenant, reason or ``batch`` (an integer
+        from 1 to 2**31 - 1), before anything is sent; :class:`PermissionDeniedError`
+        when the role may not erase the tenant's graphs.
+        """
+        check_tenant(tenant)
+        check_reason(reason)
+        check_batch(batch)
+        erased: list[ErasedGraph] = []
+        with self._pool.connection() as conn:
+            while True:
+                rows = conn.fetch(q("erase_tenant"), tenant, reason, batch)
+                for r in rows:
+                    self._saved.forget(r[0])
+                if not rows:
+                    return erased
+                erased.extend(erased_graph(r) for r in rows)
+
+    def idle_graphs(self, idle: timedelta, *, tenant: str | None = None) -> list[IdleGraph]:
+        """The graphs idle for longer than ``idle`` (no node recorded since; for a graph
+        holding none, since it was created) that this role may erase, of ``tenant`` or
+        of every tenant when ``None``, by name: what :meth:`erase_idle` would erase now.
+        Erases nothing.
+
+        Raises :class:`InputError` for an ``idle`` that is not a positive
+        :class:`~datetime.timedelta` or a bad tenant, before anything is sent.
+        """
+        check_idle(idle)
+        if tenant is not None:
+            check_tenant(tenant)
+        with self._pool.connection() as conn:
+            rows = conn.fetch(q("idle_graphs"), idle, tenant)
+        return [idle_graph(r) for r in rows]
+
+    def erase_idle(
+        self,
+        idle: timedelta,
+        *,
+        tenant: str | None = None,
+        reason: str | None = None,
+        batch: int = 100,
+    ) -> list[ErasedIdleGraph]:
+        """Erase the graphs idle for longer than ``idle`` (see :meth:`idle_graphs`),
+        ``batch`` per transaction, until none is left; returns those erased.
+
+        Each graph is checked again under its lock; one a writer holds at that moment
+        is skipped (it is not idle). When it raises part way, the batches before stay
+        erased. Raises :class:`InputError` for a bad ``idle``, tenant, reason or
+        ``batch``, before anything is sent.
+        """
+        check_idle(idle)
+        if tenant is not None:
+            check_tenant(tenant)
+        check_reason(reason)
+        check_batch(batch)
+        erased: list[ErasedIdleGraph] = []
+        with self._pool.connection() as conn:
+            while True:
+                rows = conn.fetch(q("erase_idle"), idle, tenant, reason, batch)
+                for r in rows:
+                    self._saved.forget(r[0])
+                if not rows:
+                    return erased
+                erased.extend(erased_idle_graph(r) for r in rows)
+
     # --- following -------------------------------------------------------------------------
 
     def tail(self, graph: str, after: int = 0) -> Iterator[CausalNode]:
         """Yield the graph's nodes with sequence > ``after``, in order, then follow new
         commits live, forever (break out of the loop to stop). No gaps, no duplicates:
-        commit order equals sequence order within a graph."""
+        commit order equals sequence order within a graph.
+
+        The tail is bound to the life of the graph it started on: when that life is
+        erased it ends with :class:`GraphErasedError`, after the nodes it had delivered,
+        and it never delivers a node of a new graph created under the same name.
+        Raises :class:`UnknownGraphError` when there is no such graph to start with.
+        """
         check_after(after)
         with self._pool.listener() as conn:
             g = self._graph(conn, graph)
-            graph_id, last = int(g[0]), after
+            graph_id, incarnation, last = int(g[0]), int(g[3]), after
             while True:
-                rows = conn.fetch(q("tail_graph"), graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES)
+                rows = conn.fetch(
+                    q("tail_graph"), graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES, incarnation
+                )
                 for r in rows:
                     last = int(r[0])
                     yield node_from_row(*r)
                 if not rows:
+                    if not conn.fetchval(q("graph_alive"), graph_id, incarnation):
+                        raise GraphErasedError(graph=graph)
                     conn.wait(_POLL_SECONDS)
 
-    def tail_all(self, after: Cursor | str | None = None) -> Iterator[TailItem]:
-        """One feed of every graph's new nodes, live, with a resumable cursor.
+    def tail_all(self, after: Cursor | str | None = None) -> Iterator[TailItem | ErasedItem]:
+        """One feed of every graph's new nodes and erasures, live, with a resumable
+        cursor.
 
         Reads only rows of transactions older than every transaction still running, so
         a transaction that commits late is never skipped (at the price of waiting for
-        long-running ones).
+        long-running ones). A graph's erasure comes as an :class:`ErasedItem` (its
+        ``graph_id``, no name), after every node of the erased life and before any node
+        of a new life of the same name: a follower keeping a copy forgets the nodes it
+        received with that ``graph_id``.
         """
         cursor = Cursor.parse(after)
         with self._pool.listener() as conn:
@@ -393,6 +552,9 @@ class Store:
                 )
                 for r in rows:
                     cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
-                    yield TailItem(cursor, r[2], node_from_row(*r[3:]))
+                    if r[10]:
+                        yield ErasedItem(cursor, cursor.graph_id)
+                    else:
+                        yield TailItem(cursor, r[2], node_from_row(*r[3:10]))
                 if not rows:
                     conn.wait(_POLL_SECONDS)

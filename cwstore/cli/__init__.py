@@ -6,8 +6,8 @@ a document at all. Every option that takes a DSN also reads ``CWSTORE_DSN``; wit
 neither, the embedded server in ``CWSTORE_HOME`` is started or reused.
 
 One module per command group: :mod:`.db` (init, import, export, graphs, append, tail,
-server), :mod:`.read` (project, history), ``cwstore.demo`` (demo); :mod:`._common`
-holds what they share.
+server), :mod:`.erase` (erase, retention), :mod:`.read` (project, history),
+``cwstore.demo`` (demo); :mod:`._common` holds what they share.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from .. import jsontext
 from ..document import Vocabulary, parse_document, validate
 from ..errors import Error, InputError, ValidationError, Violation
-from . import db
+from . import db, erase
 from ._common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import read, view
 
     db.register(sub)
+    erase.register(sub)
     read.register(sub)
     demo.register(sub, add_dsn)
     view.register(sub)

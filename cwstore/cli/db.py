@@ -14,6 +14,7 @@ from typing import Any
 from .. import jsontext
 from ..document import parse_document
 from ..errors import InputError
+from ..results import ErasedItem
 from ._common import add_dsn, add_vocab_flags, as_of, cli_dsn, open_store, read_input, vocabulary
 
 __all__ = ["register"]
@@ -146,17 +147,27 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    """Print nodes as JSON lines until interrupted. With ``--all``, an erasure is a line
+    ``{"cursor", "erased": true, "graph_id"}``; a tail of one graph whose graph is erased
+    ends with a message on stderr (exit 1, :class:`GraphErasedError`)."""
     with open_store(args) as store:
         if args.all:
             for item in store.tail_all(args.cursor):
-                sys.stdout.write(
-                    json.dumps(
-                        {"cursor": str(item.cursor), "graph": item.graph}, ensure_ascii=False
-                    )[:-1]
-                    + ',"node":'
-                    + item.node.to_json()
-                    + "}\n"
-                )
+                if isinstance(item, ErasedItem):
+                    line = json.dumps(
+                        {"cursor": str(item.cursor), "erased": True, "graph_id": item.graph_id}
+                    )
+                else:
+                    line = (
+                        json.dumps(
+                            {"cursor": str(item.cursor), "graph": item.graph},
+                            ensure_ascii=False,
+                        )[:-1]
+                        + ',"node":'
+                        + item.node.to_json()
+                        + "}"
+                    )
+                sys.stdout.write(line + "\n")
                 sys.stdout.flush()
         else:
             if not args.graph:

@@ -2,9 +2,17 @@
 -- $1, $2, ... for every driver. Writes go through the SQL functions of schema/.
 
 -- name: graph_get
--- A graph's id, length and vocabulary (NULL = dynamic).
-SELECT graph_id, length, vocabulary FROM cwstore.graphs
- WHERE graph_id = cwstore.graph_key($1) AND name = $1
+-- A graph's id, length, vocabulary (NULL = dynamic) and incarnation (its life), by name
+-- (cwstore.find_graph: the name's key first, then its row, on Citus from its one shard).
+SELECT graph_id, length, vocabulary, incarnation FROM cwstore.find_graph($1)
+
+-- name: graph_alive
+-- Whether the life $2 (incarnation) of graph id $1 still exists.
+SELECT EXISTS (SELECT 1 FROM cwstore.graphs WHERE graph_id = $1 AND incarnation = $2)
+
+-- name: read_snapshot
+-- The first statement of a transaction whose reads must all see one snapshot.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 
 -- name: graphs_list
 -- Every graph the role may read, with its length and tenant.
@@ -52,21 +60,29 @@ SELECT u.ord
 -- name: tail_graph
 -- Up to $3 nodes of graph $1 after sequence $2, in order, and no more than $4 bytes of
 -- payload text past the first (a batch of large nodes stops early; the first node is
--- always sent).
+-- always sent); none unless life $5 (incarnation) of the graph exists in the same
+-- snapshot, so a new life of the name never shows through.
 SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
   FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.seq)
                     - octet_length(l.payload_text) AS before
-          FROM (SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
-                  FROM cwstore.nodes WHERE graph_id = $1 AND seq > $2
-                 ORDER BY seq LIMIT $3) l) x
+          FROM (SELECT n.seq, n.id, n.kind, n.parents, n.payload_text, n.created_at_text,
+                       n.resource_key
+                  FROM cwstore.nodes n
+                 WHERE n.graph_id = $1 AND n.seq > $2
+                   AND EXISTS (SELECT 1 FROM cwstore.graphs g
+                                WHERE g.graph_id = $1 AND g.incarnation = $5)
+                 ORDER BY n.seq LIMIT $3) l) x
  WHERE x.before < $4 OR x.before = 0
  ORDER BY seq
 
 -- name: tail_all
--- Up to $4 nodes (and $5 bytes of payload past the first) of every graph after cursor
--- ($1 xid, $2 graph, $3 seq), only from transactions that can no longer commit behind
--- the cursor (cwstore.feed_horizon).
-SELECT * FROM cwstore.tail_all_v1($1, $2, $3, $4, $5)
+-- Up to $4 nodes and erasures (and $5 bytes of payload past the first) of every graph
+-- after cursor ($1 xid, $2 graph, $3 seq), only from transactions that can no longer
+-- commit behind the cursor (cwstore.feed_horizon). An erasure is a row with erased
+-- true, seq the largest bigint and no name or node columns.
+SELECT xid, graph_id, name, seq, id, kind, parents, payload_text, created_at_text,
+       resource_key, erased
+  FROM cwstore.tail_all_v2($1, $2, $3, $4, $5)
 
 -- name: projection_at
 -- The projection of graph $1 after sequence $2, or as of time $3 (both NULL = now), as
@@ -103,3 +119,24 @@ SELECT cwstore.unlisten_v1()
 -- name: schema_present
 -- Whether this database holds cwstore's schema: a store checks it once when it connects.
 SELECT to_regclass('cwstore.nodes') IS NOT NULL
+
+-- name: erase_graph
+-- Erase graph $1 (reason $2, may be NULL); the number of nodes it held.
+SELECT cwstore.erase_graph_v1($1, $2)
+
+-- name: erase_tenant
+-- Erase up to $3 graphs of tenant $1 (reason $2); the graphs erased (none = done).
+SELECT graph, nodes FROM cwstore.erase_tenant_v1($1, $2, $3)
+
+-- name: idle_graphs
+-- The graphs idle longer than $1 (of tenant $2, or every tenant when NULL) that the
+-- caller may erase, by name.
+SELECT graph, tenant, length, last_write
+  FROM cwstore.idle_graphs_v1($1::interval, $2)
+ ORDER BY graph
+
+-- name: erase_idle
+-- Erase up to $4 graphs idle longer than $1 (of tenant $2, or all when NULL; reason
+-- $3); the graphs erased (none = done).
+SELECT graph, tenant, nodes, last_write
+  FROM cwstore.erase_idle_v1($1::interval, $2, $3, $4)

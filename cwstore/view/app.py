@@ -5,7 +5,9 @@ functions (``projection_v1`` through :meth:`AsyncStore.project`, ``ancestors``,
 ``descendants``, ``key_history``), never from a fold here or in the browser. Each
 request's error becomes a JSON object ``{"error": {"type", "message"}}`` with an HTTP
 status (400 bad parameter, 404 unknown graph or node, 500 anything else), never a
-traceback.
+traceback. A graph erased while the page follows it: the live stream ends with an
+``erased`` event, and an error of type ``graph_erased`` (404) tells it apart from
+``unknown_graph``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .. import (
     CausalNode,
     DatabaseError,
     Error,
+    GraphErasedError,
     InputError,
     PermissionDeniedError,
     UnknownGraphError,
@@ -83,6 +86,8 @@ def _problem_of(exc: BaseException) -> _Problem:
         return exc
     if isinstance(exc, asyncpg.PostgresError):
         exc = wrap(exc)  # the one map from SQLSTATE and constraint to cwstore errors
+    if isinstance(exc, GraphErasedError):
+        return _Problem(404, "graph_erased", exc.message)
     if isinstance(exc, UnknownGraphError):
         return _Problem(404, "unknown_graph", exc.message)
     if isinstance(exc, InputError | ValidationError) or (
@@ -373,6 +378,10 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
             try:
                 async for node in store.tail(graph, after):
                     yield f"event: node\ndata: {_dumps(_node_event(node))}\n\n"
+            except GraphErasedError as exc:
+                # The stream's last event: the page stops following and says so.
+                body = {"type": "graph_erased", "graph": graph, "message": exc.message}
+                yield f"event: erased\ndata: {_dumps(body)}\n\n"
             except Exception as exc:
                 problem = _problem_of(exc)
                 body = {"type": problem.kind, "message": problem.message}

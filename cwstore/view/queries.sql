@@ -21,7 +21,7 @@ SELECT CASE WHEN pg_catalog.to_regrole('cwstore_reader') IS NULL THEN false
 
 -- name: view_graph
 -- A graph's id and length, if the role may read it.
-SELECT graph_id, length FROM cwstore.graphs WHERE name = $1
+SELECT graph_id, length FROM cwstore.find_graph($1)
 
 -- name: view_window_nodes
 -- Nodes $2..$3 of graph id $1, with the first 160 characters of their payload text.

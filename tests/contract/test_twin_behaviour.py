@@ -125,6 +125,21 @@ async def bad_arguments(store: Any, graph: str) -> Any:
     return await store.project(graph, -1)
 
 
+async def erase_then_reuse(store: Any, graph: str) -> Any:
+    await _chain(store, graph)
+    erased = await store.erase(graph, reason="twin")
+    again = await store.append(graph, [_node("goal", [], {"text": "again"})])
+    return [erased, again, await store.length(graph)]
+
+
+async def erase_unknown(store: Any, graph: str) -> Any:
+    return await store.erase(graph)
+
+
+async def erase_tenant_bad_batch(store: Any, graph: str) -> Any:
+    return await store.erase_tenant("acme", batch=0)
+
+
 SCENARIOS = [
     import_fixed_empty_vocabulary,
     import_then_read,
@@ -136,6 +151,9 @@ SCENARIOS = [
     read_past_the_end,
     unknown_graph,
     bad_arguments,
+    erase_then_reuse,
+    erase_unknown,
+    erase_tenant_bad_batch,
 ]
 
 

@@ -482,7 +482,7 @@ async def test_sync_tail_all_resumes(db_dsn: str, astore: cwstore.AsyncStore) ->
             out: list[TailItem] = []
             deadline = time.monotonic() + WAIT
             for item in sync.tail_all(after=after):
-                if item.graph == graph:
+                if isinstance(item, TailItem) and item.graph == graph:
                     out.append(item)
                 if len(out) >= count or time.monotonic() > deadline:
                     break

@@ -88,7 +88,7 @@ async def test_an_outsiders_open_transaction_does_not_stall_tail_all(
 
         def first() -> str:
             for item in sync.tail_all():
-                if item.graph == graph:
+                if isinstance(item, cwstore.TailItem) and item.graph == graph:
                     return str(item.node.id)
             raise AssertionError("the feed ended")
 
@@ -172,13 +172,13 @@ async def test_a_follower_fetches_a_bounded_number_of_bytes(
     try:
         sync.append(graph, b.nodes)
         with psycopg.connect(db_dsn, autocommit=True) as c:
-            (gid,) = c.execute(
-                "SELECT graph_id FROM cwstore.graphs WHERE name = %s", (graph,)
-            ).fetchone() or (None,)
+            gid, life = c.execute(
+                "SELECT graph_id, incarnation FROM cwstore.graphs WHERE name = %s", (graph,)
+            ).fetchone() or (None, None)
             raw = psycopg.RawCursor(c)
-            rows = raw.execute(q("tail_graph"), (gid, 0, 1000, 2_500_000)).fetchall()
+            rows = raw.execute(q("tail_graph"), (gid, 0, 1000, 2_500_000, life)).fetchall()
             assert [r[0] for r in rows] == [1, 2, 3, 4]  # 0, 1, 2 MB before 2, 3, 4
-            rows = raw.execute(q("tail_graph"), (gid, 4, 1000, 10)).fetchall()
+            rows = raw.execute(q("tail_graph"), (gid, 4, 1000, 10, life)).fetchall()
             assert [r[0] for r in rows] == [5]  # the first node always comes
             feed = c.execute(
                 "SELECT seq FROM cwstore.tail_all_v1(0, %s, 0, 1000, 2500000) WHERE graph_id = %s",

@@ -63,6 +63,18 @@ class ThreadedStore:
     async def history(self, graph: str, key: str) -> Any:
         return await self._call("history", graph, key)
 
+    async def erase(self, graph: str, **kwargs: Any) -> int:
+        return int(await self._call("erase", graph, **kwargs))
+
+    async def erase_tenant(self, tenant: str, **kwargs: Any) -> Any:
+        return await self._call("erase_tenant", tenant, **kwargs)
+
+    async def idle_graphs(self, idle: Any, **kwargs: Any) -> Any:
+        return await self._call("idle_graphs", idle, **kwargs)
+
+    async def erase_idle(self, idle: Any, **kwargs: Any) -> Any:
+        return await self._call("erase_idle", idle, **kwargs)
+
     async def _pull(self, gen: Iterator[Any]) -> AsyncIterator[Any]:
         done = object()
         try:

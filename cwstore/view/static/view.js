@@ -13,7 +13,8 @@
   var $ = function (id) { return document.getElementById(id); };
   var S = {
     graph: null, length: 0, at: 0, size: 300, maxSize: 2000, firstGraph: null,
-    win: null, lanes: [], es: null, stateToken: 0, stateTimer: null, node: null
+    win: null, lanes: [], es: null, stateToken: 0, stateTimer: null, node: null,
+    erased: null
   };
   var cy = null;
   window.cwView = { state: S, cy: null };
@@ -40,6 +41,24 @@
     e.hidden = false; e.textContent = msg;
   }
 
+  /* A graph erased while the page shows it: say so, instead of the errors its reads
+     now get (the server no longer knows the name, so it answers unknown_graph). */
+  function showErased(name) {
+    var e = $("erased");
+    if (!name) { S.erased = null; e.hidden = true; e.textContent = ""; return; }
+    S.erased = name;
+    e.hidden = false;
+    e.textContent = "this graph was erased: " + name + " no longer exists in the store " +
+      "(what the page still shows is what it had read before)";
+    $("live-status").textContent = "erased";
+  }
+  function isErasedAnswer(body, params) {
+    if (!body.error) return false;
+    return body.error.type === "graph_erased" ||
+      (body.error.type === "unknown_graph" && S.erased !== null &&
+       params && params.graph === S.erased);
+  }
+
   function api(path, params) {
     var q = new URLSearchParams();
     Object.keys(params || {}).forEach(function (k) {
@@ -49,7 +68,12 @@
       return r.json().then(function (body) {
         if (!r.ok || body.error) {
           var m = body.error ? body.error.type + ": " + body.error.message : "HTTP " + r.status;
-          showError(m);
+          if (isErasedAnswer(body, params)) {
+            showError(null);
+            showErased(params.graph);
+          } else {
+            showError(m);
+          }
           throw new Error(m);
         }
         showError(null);
@@ -82,6 +106,7 @@
   var searchTimer = null;
   function showList() {
     stopLive();
+    showErased(null);
     S.graph = null;
     $("graph-page").hidden = true;
     $("list-page").hidden = false;
@@ -120,6 +145,7 @@
     $("list-page").hidden = true;
     $("graph-page").hidden = false;
     $("crumb").textContent = name;
+    if (S.graph !== name) { S.erased = null; showErased(null); }
     if (S.graph === name && S.win) {
       if (at !== null && at !== S.at) setAt(at);
       if (nodeId && nodeId !== S.node) selectNode(nodeId);
@@ -440,6 +466,11 @@
     es.addEventListener("node", function (ev) { onLiveNode(JSON.parse(ev.data)); });
     es.addEventListener("problem", function (ev) {
       showError("live: " + JSON.parse(ev.data).message);
+    });
+    es.addEventListener("erased", function () {
+      // The stream's last event: stop following (no reconnect) and say so.
+      stopLive();
+      if (S.graph === graph) showErased(graph);
     });
     es.onerror = function () {
       if (S.es !== es) return;
