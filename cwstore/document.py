@@ -36,11 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from . import jsontext
 from .errors import InputError, ValidationError, Violation
-from .identity import compute_id
+from .identity import identity_digest
 
 __all__ = [
     "BUILTIN_TYPES",
     "KINDS",
+    "MAX_PAYLOAD_BYTES",
     "NODE_FIELDS",
     "RESOURCE_KEY_MAX_BYTES",
     "AgentState",
@@ -213,6 +214,11 @@ SEMANTIC_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,47}\Z")
 SEMANTIC_KEY_RE = re.compile(r"[a-z0-9_./:-]{1,120}\Z")
 SEMANTIC_CONTENT_MAX = 100_000
 RESOURCE_KEY_MAX_BYTES = 2000
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""The largest payload, in bytes of its JSON text as ``JSON.stringify`` writes it (UTF-8):
+the validator and every SQL door (``cwstore.max_payload_bytes()``) refuse a larger one
+(``too_large``), so that no single node costs a backend more than a bounded amount of
+memory (docs/reliability.md)."""
 """Longest resourceKey, in UTF-8 bytes: the key is indexed, and a btree entry holds at
 most about 2,700 bytes. The database refuses longer keys with the same number."""
 MAX_VOCABULARY = 32
@@ -630,8 +636,11 @@ def check_nodes(
                 )
 
         # identity
+        hashed = 0
         if id_ok and kind_ok and parents_ok and payload_ok and rkey_ok:
-            expected = compute_id(cast(str, kind), cast(list[str], parents), node["payload"], rkey)
+            expected, hashed = identity_digest(
+                cast(str, kind), cast(list[str], parents), node["payload"], rkey
+            )
             if expected != node_id:
                 bad(
                     "identity",
@@ -639,12 +648,22 @@ def check_nodes(
                     f"id {node_id} does not match the content's identity {expected}",
                 )
         elif fill_ids and "id" not in node and kind_ok and parents_ok and payload_ok and rkey_ok:
-            nid = node["id"] = compute_id(
+            nid, hashed = identity_digest(
                 cast(str, kind), cast(list[str], parents), node["payload"], rkey
             )
+            node["id"] = nid
             filled.add(nid)
             for k in range(first, len(out)):
                 out[k] = replace(out[k], node_id=nid)
+
+        if hashed > MAX_PAYLOAD_BYTES:  # the hashed text bounds the payload's length
+            size = len(jsontext.dumps(node["payload"]).encode("utf-8"))
+            if size > MAX_PAYLOAD_BYTES:
+                bad(
+                    "too_large",
+                    f"{np}.payload",
+                    f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed",
+                )
 
         if nid is not None and nid not in seen:
             seen[nid] = first_sequence + i

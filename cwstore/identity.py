@@ -108,5 +108,16 @@ def compute_id(kind: str, parents: list[str], payload: Any, resource_key: str | 
     callers that build nodes should sort them first (:func:`cwstore.document.sort_parents`).
     The value must be free of :func:`cwstore.jsontext.problems`.
     """
-    text = canonical_json(identity_object(kind, parents, payload, resource_key))
-    return "cw_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    return identity_digest(kind, parents, payload, resource_key)[0]
+
+
+def identity_digest(
+    kind: str, parents: list[str], payload: Any, resource_key: str | None = None
+) -> tuple[str, int]:
+    """:func:`compute_id`, and the length in bytes of the UTF-8 text it hashed.
+
+    That text holds the payload with the same characters ``JSON.stringify`` writes
+    (members in another order), so its length bounds the payload's from above.
+    """
+    data = canonical_json(identity_object(kind, parents, payload, resource_key)).encode("utf-8")
+    return "cw_" + hashlib.sha256(data).hexdigest()[:24], len(data)

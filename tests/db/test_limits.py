@@ -1,15 +1,19 @@
-"""One limit, every door: the graph-name limit the clients check is the one the SQL
-functions enforce, and a name past it is refused where a graph would be created."""
+"""One limit, every door: the graph-name and payload limits the clients and the validator
+check are the ones the SQL functions enforce, and input past them is refused alike."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
 import pytest
 
+from cwstore import jsontext
 from cwstore._store_base import MAX_GRAPH_NAME_BYTES, check_graph_name
+from cwstore.document import MAX_PAYLOAD_BYTES, Vocabulary, check_nodes
 from cwstore.errors import InputError
+from cwstore.identity import compute_id
 
 
 def test_the_clients_and_the_sql_share_the_graph_name_limit(db_dsn: str) -> None:
@@ -51,3 +55,80 @@ def test_messages_quote_a_long_name_cut(db_dsn: str) -> None:
     diag: Any = err.value.diag
     assert err.value.sqlstate == "CW404"
     assert len(diag.message_primary) < 300
+
+
+def test_the_validator_and_the_sql_share_the_payload_limit(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn) as conn:
+        row = conn.execute("SELECT cwstore.max_payload_bytes()").fetchone()
+    assert row == (MAX_PAYLOAD_BYTES,)
+
+
+def _node(payload: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "kind": "goal",
+        "parents": [],
+        "payload": payload,
+        "createdAt": "2025-01-01T00:00:00.000Z",
+    }
+    node["id"] = compute_id("goal", [], payload)
+    return node
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_payload_past_the_limit_is_refused_alike(db_dsn: str, over: int) -> None:
+    """Exactly at the limit passes both the validator and append_v1; a byte more is
+    too_large in both, at the same path, and nothing is written."""
+    payload = {"s": "é" * ((MAX_PAYLOAD_BYTES - len('{"s":""}')) // 2) + "x" * over}
+    node = _node(payload)
+    text = jsontext.dumps(payload)
+    assert len(text.encode("utf-8")) == MAX_PAYLOAD_BYTES + over
+    found = check_nodes([{**node, "sequence": 1}], vocabulary=Vocabulary.dynamic())
+    graph = f"payload-{over}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        try:
+            conn.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
+                (graph, jsontext.dumps([node])),
+            )
+            refused = None
+        except psycopg.Error as exc:
+            refused = exc
+        stored = conn.execute(
+            "SELECT count(*) FROM cwstore.nodes n JOIN cwstore.graphs g USING (graph_id)"
+            " WHERE g.name = %s",
+            (graph,),
+        ).fetchone()
+    if over:
+        assert [(v.code, v.path) for v in found] == [("too_large", "$.nodes[0].payload")]
+        assert refused is not None and refused.sqlstate == "CW400"
+        assert json.loads(refused.diag.message_detail or "{}")["code"] == "too_large"
+        assert json.loads(refused.diag.message_detail or "{}")["path"] == "$[0].payload"
+        assert stored == (0,)
+    else:
+        assert found == []
+        assert refused is None
+        assert stored == (1,)
+
+
+@pytest.mark.parametrize(
+    ("text", "unique"),
+    [
+        ("[" + ",".join(['{"a":1,"b":"x"}'] * 20000) + "]", True),
+        ("[" + ",".join(['{"a":1,"b":"x"}'] * 20000) + ',{"q":1,"q":2}]', False),
+        ('{"k":[' + ",".join(['{"a":1}'] * 20000) + '],"z":1,"k":2}', False),
+        ('{"o":{"i":[' + ",".join(['{"a":1}'] * 20000) + ',{"d":{"r":1,"r":2}}]}}', False),
+        ("[" + ",".join(['{"a\\u0000":1,"a":2}'] * 5000) + "]", True),
+        ('{"a":"' + "y" * 100000 + '","b":{"c":"' + "z" * 70000 + '","c":1}}', False),
+    ],
+    ids=["clean", "small-element", "top-level", "deep-in-big", "nul-names", "big-strings"],
+)
+def test_large_payloads_are_checked_for_repeated_names_in_slices(
+    db_dsn: str, text: str, unique: bool
+) -> None:
+    """Over 64 kB the repeated-name check takes the text apart (no whole jsonb): it
+    finds a repeat at any depth and in any slice, and passes a clean text."""
+    assert len(text) > 65536
+    with psycopg.connect(db_dsn) as conn:
+        row = conn.execute("SELECT cwstore._payload_problem(%s)", (text,)).fetchone()
+    assert row is not None
+    assert (row[0] is None) == unique, row

@@ -27,6 +27,10 @@
 --     (lag() instead of reading a text[] element by index, from the array's start).
 --   * A graph name is at most max_graph_name_bytes() (2000) bytes wherever a graph is
 --     created, as the clients already required; messages quote 200 characters of it.
+--   * A payload is at most max_payload_bytes() (4 MiB) of JSON text (too_large), as the
+--     validator requires; a payload over 64 kB is checked for repeated member names a
+--     slice at a time (_members_unique) instead of whole in jsonb, which took about 80
+--     times its text in memory.
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 --
@@ -56,6 +60,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 COMMENT ON FUNCTION cwstore.max_graph_name_bytes() IS
   'The longest graph name, in bytes of UTF-8 (2000).';
+
+CREATE FUNCTION cwstore.max_payload_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT 4194304
+$$;
+COMMENT ON FUNCTION cwstore.max_payload_bytes() IS
+  'The largest payload, in bytes of its JSON text (4 MiB).';
 
 -- 20_tables
 
@@ -687,6 +698,163 @@ BEGIN
 END $$;
 
 -- 60_write_api
+
+CREATE FUNCTION cwstore._members_unique_small(p_text text, p_bare text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_bare text := replace(p_bare, '"":', ':');
+BEGIN
+  RETURN length(v_bare) - length(translate(v_bare, '{[', ''))
+         + (length(v_bare) - length(replace(v_bare, '""', ''))) / 2
+         + regexp_count(v_bare, '-?[0-9][0-9.eE+-]*|true|false|null')
+         = jsonb_array_length(jsonb_path_query_array(cwstore.payload_jsonb(p_text),
+                                                     'strict $.**.type()'));
+END $$;
+
+CREATE FUNCTION cwstore._json_slices(p_values text[]) RETURNS SETOF text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT '[' || string_agg(v, ',' ORDER BY o) || ']'
+    FROM (SELECT v, o, sum(octet_length(v) + 1) OVER (ORDER BY o) / 32768 AS slice
+            FROM unnest(p_values) WITH ORDINALITY AS u(v, o)) x
+   GROUP BY slice
+$$;
+
+CREATE FUNCTION cwstore._members_unique(p_text text, p_bare text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_todo text[];
+  v_doc json;
+  v_parts text[];
+BEGIN
+  IF octet_length(p_text) <= 65536 THEN
+    RETURN cwstore._members_unique_small(p_text, p_bare);
+  END IF;
+  -- json's functions refuse \u0000 where they unescape (names): shown as U+FFFD, as
+  -- payload_jsonb does.
+  v_todo := ARRAY[CASE WHEN strpos(p_text, '\u0000') = 0 THEN p_text
+                       ELSE replace(replace(replace(p_text, '\\', E'\x01'), '\u0000', '\ufffd'),
+                                    E'\x01', '\\') END];
+  WHILE cardinality(v_todo) > 0 LOOP
+    v_doc := v_todo[cardinality(v_todo)]::json;
+    v_todo := trim_array(v_todo, 1);
+    IF json_typeof(v_doc) = 'object' THEN
+      IF EXISTS (SELECT 1 FROM json_object_keys(v_doc) k GROUP BY k HAVING count(*) > 1) THEN
+        RETURN false;
+      END IF;
+      v_parts := ARRAY(SELECT e.value::text FROM json_each(v_doc) e);
+    ELSIF json_typeof(v_doc) = 'array' THEN
+      v_parts := ARRAY(SELECT e::text FROM json_array_elements(v_doc) e);
+    ELSE
+      CONTINUE;
+    END IF;
+    IF EXISTS (SELECT 1 FROM cwstore._json_slices(
+                 ARRAY(SELECT v FROM unnest(v_parts) v WHERE octet_length(v) <= 32768)) t
+                WHERE NOT cwstore._members_unique_small(
+                        t, regexp_replace(t, '"(\\.|[^"\\])*"', '""', 'g'))) THEN
+      RETURN false;
+    END IF;
+    v_todo := v_todo || ARRAY(SELECT v FROM unnest(v_parts) v WHERE octet_length(v) > 32768);
+  END LOOP;
+  RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._payload_problem(p_text text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_rest text;
+  v_bare text;
+  v_tok text;
+  v_js text;
+BEGIN
+  -- Escapes: take out those JSON.stringify writes (escaped backslashes first, pair by
+  -- pair from the left, so each backslash left starts an escape); none may remain.
+  v_rest := replace(p_text, '\\', '');
+  IF strpos(v_rest, '\') > 0 THEN
+    v_rest := replace(replace(replace(replace(replace(replace(v_rest, '\"', ''), '\n', ''),
+                                                      '\t', ''), '\r', ''), '\b', ''), '\f', '');
+    IF strpos(v_rest, '\') > 0 THEN
+      v_rest := regexp_replace(v_rest, '\\u00(0[0-7bef]|1[0-9a-f])', '', 'g');
+      IF strpos(v_rest, '\') > 0 THEN
+        IF cwstore._lone_surrogate(p_text) THEN
+          RETURN 'unrepresentable|$.payload|a string holds a lone surrogate (not valid Unicode)';
+        END IF;
+        RETURN format('shape|$.payload|the escape %s is not how JSON.stringify writes that character',
+                      substring(v_rest FROM '\\(?:u[0-9a-fA-F]{4}|.)'));
+      END IF;
+    END IF;
+  END IF;
+  -- What is left outside strings: punctuation, literals and numbers, nothing else.
+  v_bare := regexp_replace(v_rest, '"[^"]*"', '""', 'g');
+  IF v_bare ~ '[ \t\n\r]' THEN
+    RETURN 'shape|$.payload|whitespace outside strings: send the payload as JSON.stringify writes it (compact)';
+  END IF;
+  IF v_bare ~ '[.eE]|[0-9]{16}|-0' THEN
+    SELECT m[1] INTO v_tok
+      FROM regexp_matches(v_bare, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
+     WHERE m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
+     LIMIT 1;
+    IF FOUND THEN
+      v_js := cwstore.js_number(v_tok);
+      IF v_js IS NULL AND v_tok ~ '^-?[0-9.]+[eE]\+?[0-9]+$' THEN
+        RETURN format('unrepresentable|$.payload|%s is not a finite number', v_tok);
+      ELSIF v_tok ~ '^-?[0-9]+$' AND v_tok <> '-0' THEN
+        RETURN format('unrepresentable|$.payload|integer %s is beyond +-(2^53-1): JavaScript cannot hold it exactly',
+                      v_tok);
+      END IF;
+      RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
+                    coalesce(v_js, 'as 0'));
+    END IF;
+  END IF;
+  -- Repeated member names: jsonb keeps one member per name, so it holds fewer values
+  -- than the text when a name repeats. Values in the text: containers, strings that
+  -- are not member names, numbers and literals.
+  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
+     AND NOT cwstore._members_unique(p_text, v_bare) THEN
+    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
+  END IF;
+  -- Nesting depth: the deepest point of the running count of brackets outside strings.
+  IF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
+     AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
+                                       OVER (ORDER BY o) AS d
+                                FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
+                                                     NULL) WITH ORDINALITY AS t(c, o)) x) > 10000 THEN
+    RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._node_problem(p_kind text, p_payload text, p_created text, p_key text)
+RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  v_content text;
+  v_units bigint;
+BEGIN
+  IF NOT cwstore._created_at_ok(p_created) THEN
+    RETURN format('created_at|$.createdAt|createdAt %s is not an RFC 3339 date-time with a zone that JavaScript reads as written',
+                  to_json(p_created));
+  END IF;
+  IF octet_length(p_key) > 2000 THEN
+    RETURN format('shape|$.resourceKey|resourceKey is %s bytes of UTF-8; at most 2000 are allowed',
+                  octet_length(p_key));
+  END IF;
+  IF p_payload IS NULL THEN
+    RETURN 'shape|$.payload|payload is missing';
+  END IF;
+  IF octet_length(p_payload) > cwstore.max_payload_bytes() THEN
+    RETURN format('too_large|$.payload|payload is %s bytes of JSON; at most %s are allowed',
+                  octet_length(p_payload), cwstore.max_payload_bytes());
+  END IF;
+  IF p_kind = 'semantic' THEN
+    v_content := cwstore._json_member_text(p_payload, 'content');
+    v_units := char_length(v_content)
+               + (SELECT count(*) FROM regexp_matches(v_content, '[\U00010000-\U0010FFFF]', 'g'));
+    IF v_units > 100000 THEN
+      RETURN format('semantic_payload|$.payload.content|semantic content is %s characters of JSON; at most 100000',
+                    v_units);
+    END IF;
+  END IF;
+  RETURN cwstore._payload_problem(p_payload);
+END $$;
 
 CREATE OR REPLACE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -135,6 +135,18 @@ $$;
 COMMENT ON FUNCTION cwstore.max_graph_name_bytes() IS
   'The longest graph name, in bytes of UTF-8 (2000).';
 
+-- The largest payload, in bytes of its JSON text (UTF-8): append_v1 and import_rows_v1
+-- refuse a larger one (too_large), as the validator does
+-- (cwstore.document.MAX_PAYLOAD_BYTES, the same number, checked by
+-- tests/db/test_limits.py), so that no node costs a backend more than a bounded amount
+-- of memory (docs/reliability.md).
+CREATE FUNCTION cwstore.max_payload_bytes() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT 4194304
+$$;
+COMMENT ON FUNCTION cwstore.max_payload_bytes() IS
+  'The largest payload, in bytes of its JSON text (4 MiB).';
+
 CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT box(point(graph_id, seq), point(graph_id, seq))

@@ -113,6 +113,79 @@ BEGIN
           OR replace(p_text, '\\', '') ~ '(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]');
 END $$;
 
+-- _members_unique(text, bare) -> whether no object of a JSON text (as JSON.stringify
+--   writes it; bare: the same with every string written "") repeats a member name.
+--   jsonb keeps one member per name, so the text holds more values than its jsonb when
+--   a name repeats: the two counts are compared (_members_unique_small). Building the
+--   jsonb of many small objects takes about 80 times the text in memory, so a text over
+--   64 kB is taken apart instead, one container at a time from a work list (no
+--   recursion: any depth is safe): an object's names are compared as they are listed
+--   (json_object_keys); its values, or an array's elements, over 32 kB go on the list,
+--   the others are checked in slices of about 64 kB. Memory: a few times the text;
+--   time: linear in it.
+CREATE FUNCTION cwstore._members_unique(p_text text, p_bare text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_todo text[];
+  v_doc json;
+  v_parts text[];
+BEGIN
+  IF octet_length(p_text) <= 65536 THEN
+    RETURN cwstore._members_unique_small(p_text, p_bare);
+  END IF;
+  -- json's functions refuse \u0000 where they unescape (names): shown as U+FFFD, as
+  -- payload_jsonb does.
+  v_todo := ARRAY[CASE WHEN strpos(p_text, '\u0000') = 0 THEN p_text
+                       ELSE replace(replace(replace(p_text, '\\', E'\x01'), '\u0000', '\ufffd'),
+                                    E'\x01', '\\') END];
+  WHILE cardinality(v_todo) > 0 LOOP
+    v_doc := v_todo[cardinality(v_todo)]::json;
+    v_todo := trim_array(v_todo, 1);
+    IF json_typeof(v_doc) = 'object' THEN
+      IF EXISTS (SELECT 1 FROM json_object_keys(v_doc) k GROUP BY k HAVING count(*) > 1) THEN
+        RETURN false;
+      END IF;
+      v_parts := ARRAY(SELECT e.value::text FROM json_each(v_doc) e);
+    ELSIF json_typeof(v_doc) = 'array' THEN
+      v_parts := ARRAY(SELECT e::text FROM json_array_elements(v_doc) e);
+    ELSE
+      CONTINUE;
+    END IF;
+    IF EXISTS (SELECT 1 FROM cwstore._json_slices(
+                 ARRAY(SELECT v FROM unnest(v_parts) v WHERE octet_length(v) <= 32768)) t
+                WHERE NOT cwstore._members_unique_small(
+                        t, regexp_replace(t, '"(\\.|[^"\\])*"', '""', 'g'))) THEN
+      RETURN false;
+    END IF;
+    v_todo := v_todo || ARRAY(SELECT v FROM unnest(v_parts) v WHERE octet_length(v) > 32768);
+  END LOOP;
+  RETURN true;
+END $$;
+
+-- _members_unique_small(text, bare): _members_unique by counting values in the text
+-- and in its jsonb (for texts of tens of kB: the jsonb costs about 80 times them).
+CREATE FUNCTION cwstore._members_unique_small(p_text text, p_bare text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_bare text := replace(p_bare, '"":', ':');
+BEGIN
+  RETURN length(v_bare) - length(translate(v_bare, '{[', ''))
+         + (length(v_bare) - length(replace(v_bare, '""', ''))) / 2
+         + regexp_count(v_bare, '-?[0-9][0-9.eE+-]*|true|false|null')
+         = jsonb_array_length(jsonb_path_query_array(cwstore.payload_jsonb(p_text),
+                                                     'strict $.**.type()'));
+END $$;
+
+-- _json_slices(values) -> JSON arrays of consecutive values of about 32 kB each (a
+-- value of up to 32 kB more at most): a long list checked a slice at a time.
+CREATE FUNCTION cwstore._json_slices(p_values text[]) RETURNS SETOF text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT '[' || string_agg(v, ',' ORDER BY o) || ']'
+    FROM (SELECT v, o, sum(octet_length(v) + 1) OVER (ORDER BY o) / 32768 AS slice
+            FROM unnest(p_values) WITH ORDINALITY AS u(v, o)) x
+   GROUP BY slice
+$$;
+
 -- _payload_problem(payload text) -> 'code|path|message', or NULL when the payload is
 -- JSON the runtime can write and cwstore can keep exactly. The text must already be
 -- one JSON value (append_v1 reads it out of a json batch; import_rows_v1 parses its
@@ -174,19 +247,16 @@ BEGIN
   -- Repeated member names: jsonb keeps one member per name, so it holds fewer values
   -- than the text when a name repeats. Values in the text: containers, strings that
   -- are not member names, numbers and literals.
-  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6 THEN
-    v_bare := replace(v_bare, '"":', ':');
-    IF length(v_bare) - length(translate(v_bare, '{[', ''))
-       + (length(v_bare) - length(replace(v_bare, '""', ''))) / 2
-       + regexp_count(v_bare, '-?[0-9][0-9.eE+-]*|true|false|null')
-       <> jsonb_array_length(jsonb_path_query_array(cwstore.payload_jsonb(p_text),
-                                                    'strict $.**.type()')) THEN
-      RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
-    END IF;
+  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
+     AND NOT cwstore._members_unique(p_text, v_bare) THEN
+    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
   END IF;
+  -- Nesting depth: the deepest point of the running count of brackets outside strings.
   IF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
-     AND jsonb_path_exists(cwstore.payload_jsonb(p_text),
-                           'strict $.**{10000} ? (@.type() == "object" || @.type() == "array")') THEN
+     AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
+                                       OVER (ORDER BY o) AS d
+                                FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
+                                                     NULL) WITH ORDINALITY AS t(c, o)) x) > 10000 THEN
     RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
   END IF;
   RETURN NULL;
@@ -214,6 +284,10 @@ BEGIN
   END IF;
   IF p_payload IS NULL THEN
     RETURN 'shape|$.payload|payload is missing';
+  END IF;
+  IF octet_length(p_payload) > cwstore.max_payload_bytes() THEN
+    RETURN format('too_large|$.payload|payload is %s bytes of JSON; at most %s are allowed',
+                  octet_length(p_payload), cwstore.max_payload_bytes());
   END IF;
   IF p_kind = 'semantic' THEN
     v_content := cwstore._json_member_text(p_payload, 'content');
