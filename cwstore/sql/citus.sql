@@ -5,7 +5,9 @@
 --
 --   * every table keyed by graph is distributed by graph_id, all co-located with
 --     graphs, so one graph's rows (its counter row, nodes, edges, spans, versions,
---     heads, counts, declarations) sit in one shard group, on one worker;
+--     heads, counts, declarations, and the audit record of its erasure) sit in one
+--     shard group, on one worker: erasing a graph runs there, in one phase;
+--     graph_key_detours is distributed by the key a chain passed over;
 --   * the small shared tables (tenant_members, listeners, schema_migrations) are
 --     reference tables, a copy on every node;
 --   * the write and read functions run on the coordinator, and each of their
@@ -52,7 +54,7 @@ BEGIN
 
   FOREACH t IN ARRAY ARRAY['graphs', 'nodes', 'edges', 'frontier_spans',
                            'frontier_declarations', 'key_versions', 'key_heads',
-                           'kind_counts'] LOOP
+                           'kind_counts', 'erasures'] LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
                     WHERE logicalrelid = format('cwstore.%I', t)::regclass) THEN
       PERFORM create_distributed_table(format('cwstore.%I', t), 'graph_id',
@@ -60,6 +62,14 @@ BEGIN
                                                              ELSE 'cwstore.graphs' END);
     END IF;
   END LOOP;
+
+  -- The keys a chain passed over, by the key passed over: finding a name looks up its
+  -- keys one by one, each on that key's worker.
+  IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                  WHERE logicalrelid = 'cwstore.graph_key_detours'::regclass) THEN
+    PERFORM create_distributed_table('cwstore.graph_key_detours', 'slot',
+                                     colocate_with => 'cwstore.graphs');
+  END IF;
 END
 $citus$;
 

@@ -1,7 +1,8 @@
--- roles.sql: the roles cwstore_reader and cwstore_writer and their grants, run by
+-- roles.sql: the roles cwstore_reader, cwstore_writer and cwstore_admin (who may erase,
+-- docs/erasure.md) and their grants, run by
 -- `cwstore init --roles` after the migrations, as the schema's owner with CREATEROLE.
 -- Idempotent. What each role may do: cwstore.apply_grants() (schema/50_tenancy.sql).
--- Both are NOLOGIN group roles: grant them to login roles (GRANT cwstore_writer TO
+-- All are NOLOGIN group roles: grant them to login roles (GRANT cwstore_writer TO
 -- worker) and put those in tenants (SELECT cwstore.add_tenant_member(tenant, role)).
 
 DO $roles$
@@ -14,6 +15,12 @@ BEGIN
   END IF;
   IF NOT pg_catalog.pg_has_role('cwstore_writer', 'cwstore_reader', 'MEMBER') THEN
     GRANT cwstore_reader TO cwstore_writer;
+  END IF;
+  IF pg_catalog.to_regrole('cwstore_admin') IS NULL THEN
+    CREATE ROLE cwstore_admin NOLOGIN;
+  END IF;
+  IF NOT pg_catalog.pg_has_role('cwstore_admin', 'cwstore_writer', 'MEMBER') THEN
+    GRANT cwstore_writer TO cwstore_admin;
   END IF;
 END
 $roles$;

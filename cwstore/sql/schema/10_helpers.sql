@@ -105,20 +105,23 @@ BEGIN
                                 mins => substr(v_zone, 5, 2)::int)) AT TIME ZONE 'UTC';
 END $$;
 
--- A graph's key, its graph_id: 48 bits of the MD5 of its name. Derived from the name
--- so that the name is unique through graphs_pkey (graphs_key_check ties the two), which
+-- A graph's key, its graph_id: 48 bits of the MD5 of its name (probe 0), or, when that
+-- key is held by another name, of the next probe's text (cwstore.graph_key(name, probe),
+-- below). Derived from the name so that a name finds its graph's row by its key, which
 -- is what lets a distributed PostgreSQL (Citus) spread graphs by this key: its unique
 -- constraints must include the distribution column. 48 bits keep the key exact in a
 -- float8 with room for the quarter-unit width of cwstore.span_band's boxes. Two names
--- with one key cannot both exist: ensure_graph_v1 refuses the second (CW400
--- graph_name). The chance that any two of N graphs share a key is about N^2 / 2^49:
--- 0.2% for a million graphs, one half near twenty million.
-CREATE FUNCTION cwstore.graph_key(p_name text) RETURNS bigint
+-- with one probe-0 key both exist: the second takes probe 1 (docs/erasure.md, "Graph
+-- names and keys"); cwstore.graph_id_of walks the same chain.
+-- Probe n > 0 hashes the probe's number before the name, with a separator no digit is:
+-- the texts of two (name, probe) pairs never coincide.
+CREATE FUNCTION cwstore.graph_key(p_name text, p_probe integer DEFAULT 0) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT ('x' || left(md5(p_name), 12))::bit(48)::bigint
+  SELECT ('x' || left(md5(CASE WHEN p_probe = 0 THEN p_name
+                               ELSE p_probe::text || ':' || p_name END), 12))::bit(48)::bigint
 $$;
-COMMENT ON FUNCTION cwstore.graph_key(text) IS
-  'The graph_id of a graph name: 48 bits of md5(name). graphs.graph_id = graph_key(name).';
+COMMENT ON FUNCTION cwstore.graph_key(text, integer) IS
+  'The key of a graph name at a probe of its chain (48 bits of md5; probe 0, the default, is the graph_id of almost every graph): graphs.graph_id = graph_key(name, key_probe).';
 
 CREATE FUNCTION cwstore.at_box(graph_id bigint, seq bigint) RETURNS box
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$

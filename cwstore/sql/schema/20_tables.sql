@@ -9,25 +9,60 @@
 --
 -- Every unique key of a table keyed by graph begins with graph_id, so each graph's rows
 -- can live together on one node of a distributed PostgreSQL (docs/scaling.md). A
--- graph's graph_id is derived from its name (cwstore.graph_key), so the primary key
--- keeps names unique and a name finds its graph's row by the key alone.
+-- graph's graph_id is derived from its name (cwstore.graph_key(name, key_probe)), so a
+-- name finds its graph's row by the keys of its chain (cwstore.graph_id_of), and
+-- graph_key_detours records the keys a chain passed over; erasures is the audit record
+-- of erased graphs (90_erasure.sql).
+
+-- Each life of a graph gets a number of its own, so that what follows one life (a tail,
+-- a remembered prefix) can tell it from the next life of the same name. A sequence:
+-- only uniqueness matters, holes do not. It starts above every graph_id (48 bits): a
+-- database migrated from before lives numbered its graphs' lives by their graph_id.
+CREATE SEQUENCE cwstore.graph_incarnations AS bigint START WITH 281474976710656;
 
 CREATE TABLE cwstore.graphs (
-  graph_id    bigint NOT NULL,
-  name        text NOT NULL,
-  tenant      text NOT NULL DEFAULT 'default',
-  vocabulary  text[],
-  length      bigint NOT NULL DEFAULT 0,
-  created_at  timestamptz NOT NULL DEFAULT now(),
+  graph_id     bigint NOT NULL,
+  name         text NOT NULL,
+  tenant       text NOT NULL DEFAULT 'default',
+  vocabulary   text[],
+  length       bigint NOT NULL DEFAULT 0,
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  key_probe    integer NOT NULL DEFAULT 0,
+  incarnation  bigint NOT NULL DEFAULT nextval('cwstore.graph_incarnations'),
   CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
-  CONSTRAINT graphs_key_check CHECK (graph_id = cwstore.graph_key(name)),
+  CONSTRAINT graphs_key_check CHECK (key_probe >= 0
+                                     AND graph_id = cwstore.graph_key(name, key_probe)),
   CONSTRAINT graphs_length_check CHECK (length >= 0),
   CONSTRAINT graphs_vocabulary_check CHECK (
     vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32
                            AND array_position(vocabulary, NULL) IS NULL))
 );
 COMMENT ON TABLE cwstore.graphs IS
-  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name). The row is the per-graph lock of the append path.';
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. The row is the per-graph lock of the append path.';
+
+CREATE TABLE cwstore.graph_key_detours (
+  slot      bigint NOT NULL,
+  graph_id  bigint NOT NULL,
+  CONSTRAINT graph_key_detours_pkey PRIMARY KEY (slot, graph_id)
+);
+COMMENT ON TABLE cwstore.graph_key_detours IS
+  'Keys a graph''s chain passed over: graph graph_id (key_probe > 0) found slot held by another name when it was created, so finding its name goes on past slot even once slot is free. Written when such a graph is created, removed when it is erased.';
+
+CREATE TABLE cwstore.erasures (
+  erasure_id   bigint GENERATED ALWAYS AS IDENTITY,
+  graph_id     bigint NOT NULL,
+  incarnation  bigint NOT NULL,
+  tenant       text NOT NULL,
+  nodes        bigint NOT NULL,
+  erased_at    timestamptz NOT NULL DEFAULT now(),
+  erased_by    name NOT NULL DEFAULT session_user,
+  reason       text,
+  xid          bigint NOT NULL,
+  CONSTRAINT erasures_pkey PRIMARY KEY (graph_id, erasure_id)
+);
+CREATE INDEX erasures_xid_idx ON cwstore.erasures (xid);
+COMMENT ON TABLE cwstore.erasures IS
+  'The audit record of erased graphs, one row each, append-only: the graph''s key (not its name, often personal data), which life of it, its tenant, how many nodes it held, when, by which login role, the reason given, and xid, its place in the all-graphs feed. Inserting a row is the erasure: its trigger removes the graph (90_erasure.sql). Nothing of the content is kept.';
 
 CREATE TABLE cwstore.nodes (
   graph_id         bigint NOT NULL,

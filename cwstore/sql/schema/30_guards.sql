@@ -1,5 +1,7 @@
 -- 30_guards: history is append-only; derived tables are written by the nodes trigger
--- only; a graph's id, name and length are kept by cwstore.
+-- only; a graph's id, name and length are kept by cwstore; rows of a graph are removed
+-- only by its erasure (the trigger of cwstore.erasures, 90_erasure.sql), which runs at
+-- trigger depth 1 like the nodes trigger; the audit record itself is append-only.
 --
 -- The guards of the derived tables and of graphs' UPDATE fire only for the writes they
 -- refuse: a trigger's WHEN condition is evaluated without entering the function, and
@@ -14,7 +16,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION USING ERRCODE = 'CW403',
     MESSAGE = format('cwstore.%s is append-only history: %s refused', TG_TABLE_NAME, TG_OP),
-    DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text;
+    DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text,
+    HINT = 'A graph is removed whole, and recorded, by cwstore.erase_graph_v1 (docs/erasure.md)';
 END $$;
 
 CREATE FUNCTION cwstore._derived_only() RETURNS trigger
@@ -29,20 +32,30 @@ BEGIN
   RETURN NULL;
 END $$;
 
-CREATE TRIGGER nodes_append_only BEFORE UPDATE OR DELETE ON cwstore.nodes
+CREATE TRIGGER nodes_append_only BEFORE UPDATE ON cwstore.nodes
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER nodes_erased_only BEFORE DELETE ON cwstore.nodes
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER nodes_no_truncate BEFORE TRUNCATE ON cwstore.nodes
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
-CREATE TRIGGER edges_append_only BEFORE UPDATE OR DELETE ON cwstore.edges
+CREATE TRIGGER edges_append_only BEFORE UPDATE ON cwstore.edges
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_erased_only BEFORE DELETE ON cwstore.edges
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER edges_no_truncate BEFORE TRUNCATE ON cwstore.edges
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER edges_derived BEFORE INSERT ON cwstore.edges
   FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
   EXECUTE FUNCTION cwstore._derived_only();
-CREATE TRIGGER frontier_declarations_append_only BEFORE UPDATE OR DELETE
+CREATE TRIGGER frontier_declarations_append_only BEFORE UPDATE
   ON cwstore.frontier_declarations
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER frontier_declarations_erased_only BEFORE DELETE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER frontier_declarations_no_truncate BEFORE TRUNCATE
   ON cwstore.frontier_declarations
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
@@ -81,10 +94,10 @@ BEGIN
     END IF;
     RETURN OLD;
   END IF;
-  IF NEW.graph_id <> OLD.graph_id OR NEW.name <> OLD.name
+  IF NEW.graph_id <> OLD.graph_id OR NEW.name <> OLD.name OR NEW.incarnation <> OLD.incarnation
      OR (NEW.length <> OLD.length AND pg_trigger_depth() < 2) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW403',
-      MESSAGE = format('graph %L: its id, name and length are kept by cwstore: UPDATE refused', OLD.name),
+      MESSAGE = format('graph %L: its id, name, incarnation and length are kept by cwstore: UPDATE refused', OLD.name),
       DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
   END IF;
   IF NEW.vocabulary IS DISTINCT FROM OLD.vocabulary AND OLD.length > 0 THEN
@@ -96,11 +109,19 @@ BEGIN
 END $$;
 
 
--- graphs: DELETE is always checked; an UPDATE only when a client sends it or when it
--- touches what nobody may change (the nodes trigger moves length, nothing else).
+-- graphs: a DELETE is checked unless an erasure sends it; an UPDATE only when a client
+-- sends it or when it touches what nobody may change (the nodes trigger moves length,
+-- nothing else).
 CREATE TRIGGER graphs_guard_delete BEFORE DELETE ON cwstore.graphs
-  FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_guard();
+  FOR EACH ROW WHEN (pg_trigger_depth() < 1) EXECUTE FUNCTION cwstore._graphs_guard();
 CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
   FOR EACH ROW WHEN (pg_trigger_depth() < 1 OR NEW.graph_id <> OLD.graph_id
+                     OR NEW.incarnation <> OLD.incarnation
                      OR NEW.name <> OLD.name OR NEW.vocabulary IS DISTINCT FROM OLD.vocabulary)
   EXECUTE FUNCTION cwstore._graphs_guard();
+
+-- The audit record of erasures: written once, never changed.
+CREATE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON cwstore.erasures
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON cwstore.erasures
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();

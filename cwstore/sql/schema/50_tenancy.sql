@@ -174,20 +174,27 @@ CREATE POLICY key_heads_tenant ON cwstore.key_heads
 ALTER TABLE cwstore.kind_counts ENABLE ROW LEVEL SECURITY;
 CREATE POLICY kind_counts_tenant ON cwstore.kind_counts
   USING (cwstore._sees_graph(graph_id));
+-- The audit record outlives its graph: it is visible by its own tenant.
+ALTER TABLE cwstore.erasures ENABLE ROW LEVEL SECURITY;
+CREATE POLICY erasures_tenant ON cwstore.erasures USING (cwstore._sees_tenant(tenant));
 
 -- ---------------------------------------------------------------------------------
 -- grants for the roles cwstore_reader and cwstore_writer
 -- ---------------------------------------------------------------------------------
 
 -- apply_grants() -> whether the roles exist (false: nothing done)
---   cwstore_reader: USAGE on the schema; SELECT on its tables and views, every row
---   filtered by the policies above; EXECUTE on every function but the write API (the
---   read functions and their helpers, the table-free tenant functions). No write
---   privilege: add_tenant_member and remove_tenant_member need the owner's INSERT and
---   DELETE on tenant_members.
+--   cwstore_reader: USAGE on the schema; SELECT on its tables and views but the audit
+--   record of erasures, every row filtered by the policies above; EXECUTE on every
+--   function but the write and erasure APIs (the read functions and their helpers, the
+--   table-free tenant functions). No write privilege: add_tenant_member and
+--   remove_tenant_member need the owner's INSERT and DELETE on tenant_members.
 --   cwstore_writer: a member of cwstore_reader (made so by roles.sql), plus EXECUTE
 --   on the write API, by name below. No INSERT, UPDATE, DELETE or TRUNCATE on any
 --   table.
+--   cwstore_admin, where it exists: a member of cwstore_writer (roles.sql), plus
+--   EXECUTE on the erasure API (90_erasure.sql) and SELECT on cwstore.erasures, both
+--   for the tenants it belongs to. The private functions that write (_erase,
+--   _create_graph) are granted to nobody: the functions above call them as the owner.
 --   Functions are executable by PUBLIC unless revoked, so that is revoked everywhere in
 --   the schema. Run by roles.sql, and by the migration runner after each later
 --   migration in a database whose roles were set up, so new functions get their grants.
@@ -195,6 +202,7 @@ CREATE FUNCTION cwstore.apply_grants() RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
   f record;
+  v_admin boolean := pg_catalog.to_regrole('cwstore_admin') IS NOT NULL;
 BEGIN
   IF pg_catalog.to_regrole('cwstore_reader') IS NULL
      OR pg_catalog.to_regrole('cwstore_writer') IS NULL THEN
@@ -205,18 +213,29 @@ BEGIN
   REVOKE ALL ON ALL TABLES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
   REVOKE ALL ON ALL SEQUENCES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
   GRANT SELECT ON ALL TABLES IN SCHEMA cwstore TO cwstore_reader;
+  REVOKE SELECT ON cwstore.erasures FROM cwstore_reader;
   REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  IF v_admin THEN
+    REVOKE ALL ON ALL TABLES IN SCHEMA cwstore FROM cwstore_admin;
+    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cwstore FROM cwstore_admin;
+    GRANT SELECT ON cwstore.erasures TO cwstore_admin;
+  END IF;
   FOR f IN SELECT p.oid::regprocedure AS sig,
-                  p.proname IN ('ensure_graph_v1', 'begin_import_v1', 'import_rows_v1',
-                                'append_v1', 'declare_frontier_v1') AS writes
+                  CASE WHEN p.proname IN ('ensure_graph_v1', 'begin_import_v1',
+                                          'import_rows_v1', 'append_v1',
+                                          'declare_frontier_v1') THEN 'cwstore_writer'
+                       WHEN p.proname IN ('erase_graph_v1', 'erase_tenant_v1',
+                                          'idle_graphs_v1', 'erase_idle_v1')
+                         THEN 'cwstore_admin'
+                       WHEN p.proname IN ('_erase', '_create_graph') THEN NULL
+                       ELSE 'cwstore_reader' END AS grantee
              FROM pg_catalog.pg_proc p
             WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prokind = 'f'
               AND p.prorettype <> 'pg_catalog.trigger'::regtype LOOP
-    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.sig,
-                   CASE WHEN f.writes THEN 'cwstore_writer' ELSE 'cwstore_reader' END);
+    CONTINUE WHEN f.grantee IS NULL OR (f.grantee = 'cwstore_admin' AND NOT v_admin);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.sig, f.grantee);
   END LOOP;
   RETURN true;
 END $$;
 COMMENT ON FUNCTION cwstore.apply_grants() IS
-  'Grant cwstore_reader reading (SELECT, every function but the write API) and cwstore_writer the write API; false if the roles do not exist.';
-
+  'Grant cwstore_reader reading (SELECT, every function but the write and erasure APIs), cwstore_writer the write API, cwstore_admin (if it exists) the erasure API and the audit record; false if the roles do not exist.';

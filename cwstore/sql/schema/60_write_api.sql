@@ -275,41 +275,29 @@ BEGIN
 END $$;
 
 -- ensure_graph_v1(graph, vocabulary) -> graph_id
---   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock. The
---   graph_id is cwstore.graph_key(graph); a name whose key another graph holds is
---   refused (CW400 shape at $.graph), without naming that graph.
+--   Creates the graph on first use. vocabulary NULL = dynamic. Takes no lock on the
+--   graph's row. The graph_id is the key of the name's chain it holds
+--   (cwstore.graph_id_of, 55_graph_keys.sql); a name whose first key another graph
+--   holds takes the next one.
 CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  v_key bigint := cwstore.graph_key(p_graph);
   v_id bigint;
-  v_name text;
   v_tenant text;
 BEGIN
   IF p_graph IS NULL OR p_graph = '' THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
                                'a graph name must be a non-empty string');
   END IF;
-  SELECT graph_id, name, tenant INTO v_id, v_name, v_tenant
-    FROM cwstore.graphs WHERE graph_id = v_key;
-  IF NOT FOUND THEN
+  v_id := cwstore.graph_id_of(p_graph);
+  IF v_id IS NULL THEN
     v_tenant := cwstore._new_graph_tenant();
     IF session_user <> current_user THEN
       PERFORM cwstore._check_writer(p_graph, v_tenant);
     END IF;
-    INSERT INTO cwstore.graphs (graph_id, name, vocabulary, tenant)
-    VALUES (v_key, p_graph, p_vocabulary, v_tenant)
-    ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id, name INTO v_id, v_name;
-    IF v_id IS NULL THEN
-      SELECT graph_id, name, tenant INTO v_id, v_name, v_tenant
-        FROM cwstore.graphs WHERE graph_id = v_key;
-    END IF;
+    v_id := cwstore._create_graph(p_graph, p_vocabulary, v_tenant);
   END IF;
-  IF v_name <> p_graph THEN
-    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
-      format('graph name %L cannot be used: another graph holds its key (cwstore.graph_key); choose another name',
-             p_graph));
-  END IF;
+  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_id;
   IF session_user <> current_user THEN
     PERFORM cwstore._check_writer(p_graph, v_tenant);
   END IF;
@@ -329,6 +317,12 @@ DECLARE
 BEGIN
   v_id := cwstore.ensure_graph_v1(p_graph, p_vocabulary);
   SELECT length INTO v_len FROM cwstore.graphs WHERE graph_id = v_id FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END IF;
+  IF v_len = 0 THEN
+    PERFORM cwstore._check_after_erasure(p_graph, v_id);
+  END IF;
   IF v_len > 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'CW412',
       MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
@@ -619,26 +613,50 @@ BEGIN
   END IF;
   END IF;
 
-  -- The tenant check comes before the lock: a refused caller must not hold another
-  -- tenant's counter row while it sits in its aborted transaction.
-  -- The graph's row is found by its key, cwstore.graph_key(name) (one shard on Citus).
+  -- The graph's row is found by its key (one shard on Citus): the name's first key,
+  -- else its chain (cwstore.graph_id_of). It is read before it is locked, on its own:
+  -- the tenant check comes before the lock (a refused caller must not hold another
+  -- tenant's counter row while it sits in its aborted transaction), a statement that
+  -- both reads a distributed table and calls the check would run the check on the
+  -- worker, where session_user is not the caller (Citus), and a graph found here but
+  -- gone once locked was erased meanwhile: the call must not create it again.
   v_graph_id := cwstore.graph_key(p_graph);
-  -- The tenant is read first, on its own: a statement that both reads a distributed
-  -- table and calls the check would run the check on the worker, where session_user
-  -- is not the caller (Citus).
+  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
+   WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+  IF NOT FOUND THEN
+    v_graph_id := cwstore.graph_id_of(p_graph);
+    IF v_graph_id IS NOT NULL THEN
+      SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_graph_id;
+    END IF;
+  END IF;
   IF session_user <> current_user THEN
-    SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
-     WHERE g.graph_id = v_graph_id AND g.name = p_graph;
     PERFORM cwstore._check_writer(p_graph, v_tenant);
   END IF;
+  IF v_graph_id IS NULL THEN
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+  END IF;
 
-  -- The counter row: lock it (create the graph on first use). Held until commit.
+  -- The counter row: lock it. Held until commit.
   SELECT g.length INTO v_len
     FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
   IF NOT FOUND THEN
-    v_graph_id := cwstore.ensure_graph_v1(p_graph);
-    SELECT g.length INTO v_len
-      FROM cwstore.graphs g WHERE g.graph_id = v_graph_id FOR UPDATE;
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END IF;
+  IF v_len = 0 THEN
+    PERFORM cwstore._check_after_erasure(p_graph, v_graph_id);
+  END IF;
+
+  -- A stale expected length is refused before anything is written, unless every node
+  -- of the batch is held already (a retry of a write that committed: not a conflict).
+  IF p_expected_length IS NOT NULL AND p_expected_length <> v_len
+     AND EXISTS (SELECT 1 FROM unnest(v_ids) AS u(id)
+                  WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
+                                     WHERE n.graph_id = v_graph_id AND n.id = u.id)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW409',
+      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
+                       p_expected_length),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
+                                  'actual_length', v_len)::text;
   END IF;
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
@@ -683,15 +701,6 @@ BEGIN
       format('$[%s].id', v_bad - 1),
       format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
   END IF;
-  END IF;
-
-  -- Checked after the insert so the batch is read once; raising undoes the insert.
-  IF v_new > 0 AND p_expected_length IS NOT NULL AND p_expected_length <> v_len THEN
-    RAISE EXCEPTION USING ERRCODE = 'CW409',
-      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
-                       p_expected_length),
-      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
-                                  'actual_length', v_len)::text;
   END IF;
 
   -- The declared frontier is recorded after new nodes. When this call wrote nothing it

@@ -34,10 +34,11 @@
 -- ---------------------------------------------------------------------------------
 
 -- _graph(graph) -> (graph_id, length)
---   Resolves a graph name. Raises CW404 when there is no such graph, or when the login
---   role may not read it (cwstore._may_use), from one RAISE: the two must read the same,
---   message, detail and context, or the difference tells that the graph exists. Every
---   public read function resolves its graph here first: the one check they need.
+--   Resolves a graph name: its first key, else its chain (55_graph_keys.sql). Raises
+--   CW404 when there is no such graph, or when the login role may not read it
+--   (cwstore._may_use), from one RAISE: the two must read the same, message, detail and
+--   context, or the difference tells that the graph exists. Every public read function
+--   resolves its graph here first: the one check they need.
 --   Cost: log.
 CREATE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
 LANGUAGE plpgsql STABLE AS $$
@@ -46,6 +47,10 @@ DECLARE
 BEGIN
   SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
     FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_key(p_graph) AND g.name = p_graph;
+  IF NOT FOUND THEN
+    SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
+      FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_id_of(p_graph) AND g.name = p_graph;
+  END IF;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph %L does not exist', p_graph),

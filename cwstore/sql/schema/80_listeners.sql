@@ -84,20 +84,38 @@ END $$;
 COMMENT ON FUNCTION cwstore.feed_horizon() IS
   'The xid below which no node can still commit: the oldest running transaction of a role that may write cwstore nodes in this database, else the next xid. tail_all_v1 reads below it.';
 
--- tail_all_v1(xid, graph_id, seq, limit, max_bytes) -> nodes of every graph the caller
---   may read: up to limit nodes after the cursor (xid, graph_id, seq), in cursor order,
---   only below feed_horizon() (computed first, in a statement of its own, so the read's
---   snapshot comes after it), and no more than max_bytes of payload text past the first
---   node (NULL: no byte bound). Runs as the caller: row-level security decides what it
---   sees. In a REPEATABLE READ or SERIALIZABLE transaction the read's snapshot is the
+-- _erasure_events(xid, graph_id, seq, horizon, limit) -> (xid, graph_id) of the
+--   erasures after the cursor and below the horizon, of the tenants the login role may
+--   read, in cursor order (an erasure sits at seq infinity_seq(), after every node of its
+--   xid and graph). Runs as the owner: the audit record is not the readers' to read, the
+--   fact that a graph they could read is gone is.
+CREATE FUNCTION cwstore._erasure_events(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                        p_horizon bigint, p_limit integer)
+RETURNS TABLE (xid bigint, graph_id bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT e.xid, e.graph_id FROM cwstore.erasures e
+   WHERE e.xid >= p_xid
+     AND (e.xid, e.graph_id, cwstore.infinity_seq()) > (p_xid, p_graph_id, p_seq)
+     AND e.xid < p_horizon AND cwstore._may_use(e.tenant)
+   ORDER BY e.xid, e.graph_id LIMIT p_limit
+$$;
+
+-- _tail_all(xid, graph_id, seq, limit, max_bytes, erasures) -> nodes of every graph the
+--   caller may read, and with erasures also the erasure events: up to limit rows after
+--   the cursor (xid, graph_id, seq), in cursor order, only below feed_horizon()
+--   (computed first, in a statement of its own, so the read's snapshot comes after it),
+--   and no more than max_bytes of payload text past the first row (NULL: no byte
+--   bound). Runs as the caller: row-level security decides which nodes it sees. In a
+--   REPEATABLE READ or SERIALIZABLE transaction the read's snapshot is the
 --   transaction's, so the horizon is held to that snapshot's xmin as well.
 --   Refused where cwstore.nodes is distributed by Citus (0A000): transaction ids and the
 --   horizon are each node's own there, so a cursor by xid would skip or repeat nodes
 --   across workers (docs/scaling.md says what to follow instead).
-CREATE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
-                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
+CREATE FUNCTION cwstore._tail_all(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                  p_limit integer, p_max_bytes bigint, p_erasures boolean)
 RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
-               parents text[], payload_text text, created_at_text text, resource_key text)
+               parents text[], payload_text text, created_at_text text, resource_key text,
+               erased boolean)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_horizon bigint;
@@ -119,19 +137,55 @@ BEGIN
   END IF;
   RETURN QUERY
   SELECT x.xid, x.graph_id, x.name, x.seq, x.id, x.kind, x.parents, x.payload_text,
-         x.created_at_text, x.resource_key
-    FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.xid, l.graph_id, l.seq)
-                      - octet_length(l.payload_text) AS before
-            FROM (SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents,
-                         n.payload_text, n.created_at_text, n.resource_key
-                    FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
-                   WHERE n.xid >= p_xid
-                     AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
-                     AND n.xid < v_horizon
-                   ORDER BY n.xid, n.graph_id, n.seq
-                   LIMIT p_limit) l) x
+         x.created_at_text, x.resource_key, x.erased
+    FROM (SELECT l.*, sum(coalesce(octet_length(l.payload_text), 0))
+                        OVER (ORDER BY l.xid, l.graph_id, l.seq)
+                      - coalesce(octet_length(l.payload_text), 0) AS before
+            FROM (SELECT * FROM (
+                    SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents,
+                           n.payload_text, n.created_at_text, n.resource_key, false AS erased
+                      FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+                     WHERE n.xid >= p_xid
+                       AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
+                       AND n.xid < v_horizon
+                     ORDER BY n.xid, n.graph_id, n.seq
+                     LIMIT p_limit) nodes
+                  UNION ALL
+                  SELECT e.xid, e.graph_id, NULL, cwstore.infinity_seq(), NULL, NULL, NULL,
+                         NULL, NULL, NULL, true
+                    FROM cwstore._erasure_events(p_xid, p_graph_id, p_seq, v_horizon, p_limit) e
+                   WHERE p_erasures
+                  ORDER BY 1, 2, 4
+                  LIMIT p_limit) l) x
    WHERE p_max_bytes IS NULL OR x.before = 0 OR x.before < p_max_bytes
    ORDER BY x.xid, x.graph_id, x.seq;
 END $$;
+
+-- tail_all_v1(xid, graph_id, seq, limit, max_bytes) -> the nodes of the all-graphs feed
+--   (_tail_all without erasure events): what a follower that predates erasure reads.
+CREATE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
+               parents text[], payload_text text, created_at_text text, resource_key text)
+LANGUAGE sql VOLATILE AS $$
+  SELECT t.xid, t.graph_id, t.name, t.seq, t.id, t.kind, t.parents, t.payload_text,
+         t.created_at_text, t.resource_key
+    FROM cwstore._tail_all(p_xid, p_graph_id, p_seq, p_limit, p_max_bytes, false) t
+$$;
 COMMENT ON FUNCTION cwstore.tail_all_v1(bigint, bigint, bigint, integer, bigint) IS
-  'The all-graphs feed: up to limit nodes (and max_bytes of payload past the first) after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read.';
+  'The all-graphs feed: up to limit nodes (and max_bytes of payload past the first) after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read. No erasure events: tail_all_v2 has them.';
+
+-- tail_all_v2(xid, graph_id, seq, limit, max_bytes) -> the all-graphs feed with its
+--   erasure events: a row with erased true (seq infinity_seq(), name and node columns
+--   NULL) where a graph the caller may read was erased, after every node of the erased
+--   life and before any node of a later one (_check_after_erasure keeps those after).
+CREATE FUNCTION cwstore.tail_all_v2(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
+               parents text[], payload_text text, created_at_text text, resource_key text,
+               erased boolean)
+LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM cwstore._tail_all(p_xid, p_graph_id, p_seq, p_limit, p_max_bytes, true)
+$$;
+COMMENT ON FUNCTION cwstore.tail_all_v2(bigint, bigint, bigint, integer, bigint) IS
+  'The all-graphs feed with erasure events: up to limit rows after cursor (xid, graph_id, seq), nodes and erasures (erased true, seq infinity) of graphs the caller may read, in order, below feed_horizon().';

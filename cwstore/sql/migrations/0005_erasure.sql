@@ -1,0 +1,949 @@
+-- 0005_erasure: forgetting on request, and graph names that never collide.
+--
+-- Why: history was append-only with no way to remove a graph short of a superuser
+-- turning the guards off; and a graph's key, 48 bits of its name's MD5, refused for good
+-- a second name with the same key (docs/erasure.md).
+--
+--   * cwstore.erasures, the audit record: inserting a row erases the graph (its trigger,
+--     90_erasure.sql); erase_graph_v1, erase_tenant_v1, idle_graphs_v1, erase_idle_v1
+--     decide who erases what (unrestricted roles; cwstore_admin for its tenants). The
+--     guards of nodes, edges and frontier_declarations, and of graphs' DELETE, let
+--     removals through only at trigger depth 1, as those of the derived tables do.
+--   * graphs.key_probe and graph_key(name, probe): a name whose key is held takes the
+--     next key of its chain; graph_key_detours records the keys passed over, and
+--     graph_id_of walks the chain. Every existing graph is at probe 0 (collisions were
+--     refused), so no graph_id changes.
+--   * graphs.incarnation tells one life of a graph from a later one of the same name;
+--     existing graphs take their graph_id (unique among them), new lives the sequence
+--     graph_incarnations, which starts above every graph_id.
+--   * append_v1 refuses a stale expected_length before it writes; a writer whose graph
+--     is erased while it waits gets CW404 and never creates it again.
+--   * tail_all_v2: the all-graphs feed with erasure events (tail_all_v1 unchanged in
+--     what it returns).
+--
+-- The definitions below are those of cwstore/sql/schema/, where they are documented.
+--
+-- Safe with live writers: yes, between transactions (graphs is rewritten for its new
+-- columns under an exclusive lock, held for this migration's one transaction). On a
+-- Citus cluster already distributed, `cwstore init` then re-applies cwstore/sql/citus.sql,
+-- which distributes the two new tables.
+
+SET LOCAL citus.enable_unsafe_triggers = on;
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
+
+-- 10_helpers
+
+ALTER TABLE cwstore.graphs DROP CONSTRAINT graphs_key_check;
+DROP FUNCTION cwstore.graph_key(text);
+CREATE FUNCTION cwstore.graph_key(p_name text, p_probe integer DEFAULT 0) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT ('x' || left(md5(CASE WHEN p_probe = 0 THEN p_name
+                               ELSE p_probe::text || ':' || p_name END), 12))::bit(48)::bigint
+$$;
+COMMENT ON FUNCTION cwstore.graph_key(text, integer) IS
+  'The key of a graph name at a probe of its chain (48 bits of md5; probe 0, the default, is the graph_id of almost every graph): graphs.graph_id = graph_key(name, key_probe).';
+
+-- 20_tables
+
+CREATE SEQUENCE cwstore.graph_incarnations AS bigint START WITH 281474976710656;
+
+ALTER TABLE cwstore.graphs ADD COLUMN key_probe integer NOT NULL DEFAULT 0;
+ALTER TABLE cwstore.graphs ADD COLUMN incarnation bigint;
+UPDATE cwstore.graphs SET incarnation = graph_id;
+ALTER TABLE cwstore.graphs ALTER COLUMN incarnation SET DEFAULT nextval('cwstore.graph_incarnations');
+ALTER TABLE cwstore.graphs ALTER COLUMN incarnation SET NOT NULL;
+ALTER TABLE cwstore.graphs ADD CONSTRAINT graphs_key_check CHECK (key_probe >= 0
+                                     AND graph_id = cwstore.graph_key(name, key_probe));
+COMMENT ON TABLE cwstore.graphs IS
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. The row is the per-graph lock of the append path.';
+
+CREATE TABLE cwstore.graph_key_detours (
+  slot      bigint NOT NULL,
+  graph_id  bigint NOT NULL,
+  CONSTRAINT graph_key_detours_pkey PRIMARY KEY (slot, graph_id)
+);
+COMMENT ON TABLE cwstore.graph_key_detours IS
+  'Keys a graph''s chain passed over: graph graph_id (key_probe > 0) found slot held by another name when it was created, so finding its name goes on past slot even once slot is free. Written when such a graph is created, removed when it is erased.';
+
+CREATE TABLE cwstore.erasures (
+  erasure_id   bigint GENERATED ALWAYS AS IDENTITY,
+  graph_id     bigint NOT NULL,
+  incarnation  bigint NOT NULL,
+  tenant       text NOT NULL,
+  nodes        bigint NOT NULL,
+  erased_at    timestamptz NOT NULL DEFAULT now(),
+  erased_by    name NOT NULL DEFAULT session_user,
+  reason       text,
+  xid          bigint NOT NULL,
+  CONSTRAINT erasures_pkey PRIMARY KEY (graph_id, erasure_id)
+);
+CREATE INDEX erasures_xid_idx ON cwstore.erasures (xid);
+COMMENT ON TABLE cwstore.erasures IS
+  'The audit record of erased graphs, one row each, append-only: the graph''s key (not its name, often personal data), which life of it, its tenant, how many nodes it held, when, by which login role, the reason given, and xid, its place in the all-graphs feed. Inserting a row is the erasure: its trigger removes the graph (90_erasure.sql). Nothing of the content is kept.';
+
+-- 30_guards
+
+CREATE OR REPLACE FUNCTION cwstore._refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'CW403',
+    MESSAGE = format('cwstore.%s is append-only history: %s refused', TG_TABLE_NAME, TG_OP),
+    DETAIL = jsonb_build_object('table', TG_TABLE_NAME, 'operation', TG_OP)::text,
+    HINT = 'A graph is removed whole, and recorded, by cwstore.erase_graph_v1 (docs/erasure.md)';
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._graphs_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    IF OLD.length > 0 THEN
+      RAISE EXCEPTION USING ERRCODE = 'CW403',
+        MESSAGE = format('graph %L holds %s nodes of history: DELETE refused', OLD.name, OLD.length),
+        DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'DELETE', 'graph', OLD.name)::text;
+    END IF;
+    RETURN OLD;
+  END IF;
+  IF NEW.graph_id <> OLD.graph_id OR NEW.name <> OLD.name OR NEW.incarnation <> OLD.incarnation
+     OR (NEW.length <> OLD.length AND pg_trigger_depth() < 2) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('graph %L: its id, name, incarnation and length are kept by cwstore: UPDATE refused', OLD.name),
+      DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
+  END IF;
+  IF NEW.vocabulary IS DISTINCT FROM OLD.vocabulary AND OLD.length > 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW403',
+      MESSAGE = format('graph %L holds nodes: its vocabulary cannot change', OLD.name),
+      DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
+  END IF;
+  RETURN NEW;
+END $$;
+
+DROP TRIGGER nodes_append_only ON cwstore.nodes;
+CREATE TRIGGER nodes_append_only BEFORE UPDATE ON cwstore.nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER nodes_erased_only BEFORE DELETE ON cwstore.nodes
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._refuse_change();
+DROP TRIGGER edges_append_only ON cwstore.edges;
+CREATE TRIGGER edges_append_only BEFORE UPDATE ON cwstore.edges
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER edges_erased_only BEFORE DELETE ON cwstore.edges
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._refuse_change();
+DROP TRIGGER frontier_declarations_append_only ON cwstore.frontier_declarations;
+CREATE TRIGGER frontier_declarations_append_only BEFORE UPDATE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER frontier_declarations_erased_only BEFORE DELETE
+  ON cwstore.frontier_declarations
+  FOR EACH STATEMENT WHEN (pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._refuse_change();
+DROP TRIGGER graphs_guard_delete ON cwstore.graphs;
+DROP TRIGGER graphs_guard ON cwstore.graphs;
+CREATE TRIGGER graphs_guard_delete BEFORE DELETE ON cwstore.graphs
+  FOR EACH ROW WHEN (pg_trigger_depth() < 1) EXECUTE FUNCTION cwstore._graphs_guard();
+CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
+  FOR EACH ROW WHEN (pg_trigger_depth() < 1 OR NEW.graph_id <> OLD.graph_id
+                     OR NEW.incarnation <> OLD.incarnation
+                     OR NEW.name <> OLD.name OR NEW.vocabulary IS DISTINCT FROM OLD.vocabulary)
+  EXECUTE FUNCTION cwstore._graphs_guard();
+CREATE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON cwstore.erasures
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON cwstore.erasures
+  FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+
+-- 50_tenancy
+
+ALTER TABLE cwstore.erasures ENABLE ROW LEVEL SECURITY;
+CREATE POLICY erasures_tenant ON cwstore.erasures USING (cwstore._sees_tenant(tenant));
+
+CREATE OR REPLACE FUNCTION cwstore.apply_grants() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  f record;
+  v_admin boolean := pg_catalog.to_regrole('cwstore_admin') IS NOT NULL;
+BEGIN
+  IF pg_catalog.to_regrole('cwstore_reader') IS NULL
+     OR pg_catalog.to_regrole('cwstore_writer') IS NULL THEN
+    RETURN false;
+  END IF;
+  REVOKE ALL ON SCHEMA cwstore FROM PUBLIC;
+  GRANT USAGE ON SCHEMA cwstore TO cwstore_reader;
+  REVOKE ALL ON ALL TABLES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  REVOKE ALL ON ALL SEQUENCES IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  GRANT SELECT ON ALL TABLES IN SCHEMA cwstore TO cwstore_reader;
+  REVOKE SELECT ON cwstore.erasures FROM cwstore_reader;
+  REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cwstore FROM PUBLIC, cwstore_reader, cwstore_writer;
+  IF v_admin THEN
+    REVOKE ALL ON ALL TABLES IN SCHEMA cwstore FROM cwstore_admin;
+    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA cwstore FROM cwstore_admin;
+    GRANT SELECT ON cwstore.erasures TO cwstore_admin;
+  END IF;
+  FOR f IN SELECT p.oid::regprocedure AS sig,
+                  CASE WHEN p.proname IN ('ensure_graph_v1', 'begin_import_v1',
+                                          'import_rows_v1', 'append_v1',
+                                          'declare_frontier_v1') THEN 'cwstore_writer'
+                       WHEN p.proname IN ('erase_graph_v1', 'erase_tenant_v1',
+                                          'idle_graphs_v1', 'erase_idle_v1')
+                         THEN 'cwstore_admin'
+                       WHEN p.proname IN ('_erase', '_create_graph') THEN NULL
+                       ELSE 'cwstore_reader' END AS grantee
+             FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prokind = 'f'
+              AND p.prorettype <> 'pg_catalog.trigger'::regtype LOOP
+    CONTINUE WHEN f.grantee IS NULL OR (f.grantee = 'cwstore_admin' AND NOT v_admin);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.sig, f.grantee);
+  END LOOP;
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION cwstore.apply_grants() IS
+  'Grant cwstore_reader reading (SELECT, every function but the write and erasure APIs), cwstore_writer the write API, cwstore_admin (if it exists) the erasure API and the audit record; false if the roles do not exist.';
+
+-- 55_graph_keys
+
+CREATE FUNCTION cwstore.graph_id_of(p_name text) RETURNS bigint
+LANGUAGE plpgsql STABLE STRICT AS $$
+DECLARE
+  v_key bigint;
+  v_name text;
+BEGIN
+  FOR v_probe IN 0..63 LOOP
+    v_key := cwstore.graph_key(p_name, v_probe);
+    SELECT g.name INTO v_name FROM cwstore.graphs g WHERE g.graph_id = v_key;
+    IF FOUND THEN
+      IF v_name = p_name THEN
+        RETURN v_key;
+      END IF;
+    ELSIF NOT EXISTS (SELECT 1 FROM cwstore.graph_key_detours d WHERE d.slot = v_key) THEN
+      RETURN NULL;
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION cwstore.graph_id_of(text) IS
+  'The graph_id of a graph name (the key of its chain it holds), or NULL when there is no such graph.';
+
+CREATE FUNCTION cwstore._create_graph(p_name text, p_vocabulary text[], p_tenant text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_key bigint;
+  v_name text;
+  v_free integer;
+  v_id bigint;
+BEGIN
+  PERFORM pg_catalog.pg_advisory_xact_lock(cwstore.graph_key(p_name, 0));
+  LOOP
+    v_free := NULL;
+    FOR v_probe IN 0..63 LOOP
+      v_key := cwstore.graph_key(p_name, v_probe);
+      SELECT g.name INTO v_name FROM cwstore.graphs g WHERE g.graph_id = v_key;
+      IF FOUND THEN
+        IF v_name = p_name THEN
+          RETURN v_key;
+        END IF;
+        CONTINUE;
+      END IF;
+      v_free := coalesce(v_free, v_probe);
+      EXIT WHEN NOT EXISTS (SELECT 1 FROM cwstore.graph_key_detours d WHERE d.slot = v_key);
+    END LOOP;
+    IF v_free IS NULL THEN
+      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+        format('graph name %L cannot be used: no free key within 64 probes of its chain',
+               left(p_name, 200)));
+    END IF;
+    -- Another name may take the same key meanwhile (one whose chain crosses this one):
+    -- then walk again.
+    INSERT INTO cwstore.graphs (graph_id, name, vocabulary, tenant, key_probe)
+    VALUES (cwstore.graph_key(p_name, v_free), p_name, p_vocabulary, p_tenant, v_free)
+    ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id INTO v_id;
+    IF v_id IS NOT NULL THEN
+      INSERT INTO cwstore.graph_key_detours (slot, graph_id)
+      SELECT cwstore.graph_key(p_name, p), v_id FROM generate_series(0, v_free - 1) p;
+      RETURN v_id;
+    END IF;
+  END LOOP;
+END $$;
+
+CREATE FUNCTION cwstore._erased_meanwhile(p_graph text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'CW404',
+    MESSAGE = format('graph %L was erased while this call waited for it', p_graph),
+    DETAIL = jsonb_build_object('graph', p_graph, 'erased', true)::text;
+END $$;
+
+CREATE FUNCTION cwstore._check_after_erasure(p_graph text, p_graph_id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL
+     AND EXISTS (SELECT 1 FROM cwstore.erasures e
+                  WHERE e.graph_id = p_graph_id
+                    AND e.xid >= pg_catalog.pg_current_xact_id()::text::bigint) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L was erased by a transaction newer than this one: write it again in a new transaction',
+                       p_graph),
+      DETAIL = jsonb_build_object('graph', p_graph, 'erased', true)::text;
+  END IF;
+END $$;
+
+-- 60_write_api
+
+CREATE OR REPLACE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_id bigint;
+  v_tenant text;
+BEGIN
+  IF p_graph IS NULL OR p_graph = '' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+                               'a graph name must be a non-empty string');
+  END IF;
+  v_id := cwstore.graph_id_of(p_graph);
+  IF v_id IS NULL THEN
+    v_tenant := cwstore._new_graph_tenant();
+    IF session_user <> current_user THEN
+      PERFORM cwstore._check_writer(p_graph, v_tenant);
+    END IF;
+    v_id := cwstore._create_graph(p_graph, p_vocabulary, v_tenant);
+  END IF;
+  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_id;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+  RETURN v_id;
+END $$;
+COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
+  'Create a graph if it does not exist (vocabulary NULL = dynamic); returns its graph_id.';
+
+CREATE OR REPLACE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_id bigint;
+  v_len bigint;
+BEGIN
+  v_id := cwstore.ensure_graph_v1(p_graph, p_vocabulary);
+  SELECT length INTO v_len FROM cwstore.graphs WHERE graph_id = v_id FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END IF;
+  IF v_len = 0 THEN
+    PERFORM cwstore._check_after_erasure(p_graph, v_id);
+  END IF;
+  IF v_len > 0 THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW412',
+      MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', p_graph, v_len),
+      DETAIL = jsonb_build_object('graph', p_graph, 'length', v_len)::text;
+  END IF;
+  UPDATE cwstore.graphs SET vocabulary = p_vocabulary
+   WHERE graph_id = v_id AND vocabulary IS DISTINCT FROM p_vocabulary;
+  RETURN v_id;
+END $$;
+COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
+  'Start importing into an empty graph: create or lock it; CW412 if it holds nodes. COPY rows into cwstore.nodes next, then declare_frontier_v1.';
+
+CREATE OR REPLACE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+                                  p_expected_length bigint DEFAULT NULL,
+                                  p_frontier json DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
+               payload_text text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_graph_id bigint;
+  v_tenant text;
+  v_len bigint;
+  v_new bigint;
+  v_bad bigint;
+  v_last bigint;
+  v_problem text;
+  v_bad_id text;
+  v_hidden boolean := false;
+  v_heads text[];
+  v_ids text[];
+  v_kinds text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_keys text[];
+  v_now timestamptz := now();
+BEGIN
+  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
+                               'nodes must be a JSON array of node objects');
+  END IF;
+  IF p_frontier IS NOT NULL THEN
+    IF cwstore._lone_surrogate(p_frontier::text) THEN
+      PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
+        'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+    END IF;
+    IF json_typeof(p_frontier) <> 'array'
+       OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
+    THEN
+      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
+                                 'frontier must be a JSON array of node ids');
+    END IF;
+    v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
+  END IF;
+
+  IF cwstore._lone_surrogate(p_nodes::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
+      'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+
+  -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
+  IF strpos(p_nodes::text, '\u0000') > 0 THEN
+    v_hidden := true;
+    p_nodes := cwstore._nul_hide(p_nodes::text)::json;
+  END IF;
+
+  -- Read the batch once: each node's fields as JSON, checked for their JSON types, for
+  -- what the table's constraints would refuse and for _node_problem, so every client
+  -- gets a CW400 with the safeguard code, the node's position and the path.
+  SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
+         array_agg(f.parents::text ORDER BY f.o),
+         array_agg(f.payload ORDER BY f.o),
+         array_agg(f."createdAt" #>> '{}' ORDER BY f.o),
+         array_agg(f."resourceKey" #>> '{}' ORDER BY f.o),
+         min(f.o) FILTER (WHERE f.problem IS NOT NULL),
+         (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
+         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
+            FILTER (WHERE f.problem IS NOT NULL))[1]
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new, v_problem, v_bad_id
+    FROM (SELECT c.*,
+                 coalesce(c.problem0,
+                          cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
+                                                c."resourceKey" #>> '{}')) AS problem
+            FROM (SELECT a.o, r.id, r.kind, r.parents, r."createdAt", r."resourceKey",
+                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload::text)
+                              ELSE r.payload::text END AS payload,
+                 CASE
+                   WHEN json_typeof(a.e) <> 'object' THEN 'shape|$|node must be a JSON object'
+                   WHEN (SELECT count(*) <> count(DISTINCT k) FROM json_object_keys(a.e) k)
+                     THEN 'shape|$|node repeats a member name (JSON.parse would keep only the last)'
+                   WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
+                     THEN 'shape|$.id|id must be a string'
+                   WHEN r.kind IS NULL AND json_typeof(a.e -> 'kind') IS NULL
+                     THEN 'shape|$|node is missing field kind'
+                   WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
+                     THEN 'kind|$.kind|kind must be one of the ten kinds (a string)'
+                   WHEN json_typeof(r.parents) IS DISTINCT FROM 'array'
+                     THEN 'shape|$.parents|parents must be an array'
+                   WHEN r.payload IS NULL THEN 'shape|$|payload is missing'
+                   WHEN json_typeof(r."createdAt") IS DISTINCT FROM 'string'
+                     THEN 'shape|$.createdAt|createdAt must be a string'
+                   WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
+                     THEN 'shape|$.resourceKey|resourceKey must be a string when present'
+                   WHEN EXISTS (SELECT 1 FROM json_object_keys(a.e) k
+                                 WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
+                                                 'sequence', 'resourceKey'))
+                     THEN 'shape|$|unknown node field'
+                   WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
+                                 WHERE json_typeof(pe) <> 'string')
+                     THEN 'shape|$.parents|parents must be string ids'
+                   WHEN v_hidden AND strpos(r.id::text || r.kind::text || r."createdAt"::text
+                                            || coalesce(r."resourceKey"::text, '')
+                                            || r.parents::text, '\\u0000') > 0
+                     THEN 'unrepresentable|$|U+0000 outside a payload cannot be stored'
+                   WHEN NOT ((r.kind #>> '{}') = ANY (cwstore.node_kinds()))
+                     THEN 'kind|$.kind|kind is not one of the ten'
+                   WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
+                     THEN 'identity|$.id|id must be cw_ and 24 lowercase hex digits'
+                   WHEN (r."resourceKey" #>> '{}') = ''
+                     THEN 'shape|$.resourceKey|resourceKey must not be empty'
+                 END AS problem0
+            FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+            CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
+                                                ELSE '{}' END)
+                 AS r(id json, kind json, parents json, payload json, "createdAt" json,
+                      "resourceKey" json)) c
+          OFFSET 0) f;  -- a fence: each node's problem is computed once
+  IF v_new IS NOT NULL THEN
+    PERFORM cwstore._node_violation(v_problem, NULL, v_new, v_bad_id, v_new - 1);
+  END IF;
+  IF v_ids IS NULL THEN
+    v_ids := '{}';
+  END IF;
+
+  -- One id, one content: a node given again later in the batch must be the same node.
+  IF cardinality(v_ids) > 1 THEN
+  SELECT b.o, b.id INTO v_bad, v_bad_id
+    FROM unnest(v_ids) WITH ORDINALITY AS b(id, o)
+    JOIN unnest(v_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
+   WHERE NOT cwstore._same_content(
+           v_kinds[a.o], ARRAY(SELECT json_array_elements_text(v_parents[a.o]::json)),
+           v_payloads[a.o], v_keys[a.o],
+           v_kinds[b.o], ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
+           v_payloads[b.o], v_keys[b.o])
+   ORDER BY b.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', NULL, v_bad, v_bad_id, format('$[%s].id', v_bad - 1),
+      format('id %s is used by an earlier node of the batch with other content', v_bad_id));
+  END IF;
+  END IF;
+
+  -- The graph's row is found by its key (one shard on Citus): the name's first key,
+  -- else its chain (cwstore.graph_id_of). It is read before it is locked, on its own:
+  -- the tenant check comes before the lock (a refused caller must not hold another
+  -- tenant's counter row while it sits in its aborted transaction), a statement that
+  -- both reads a distributed table and calls the check would run the check on the
+  -- worker, where session_user is not the caller (Citus), and a graph found here but
+  -- gone once locked was erased meanwhile: the call must not create it again.
+  v_graph_id := cwstore.graph_key(p_graph);
+  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
+   WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+  IF NOT FOUND THEN
+    v_graph_id := cwstore.graph_id_of(p_graph);
+    IF v_graph_id IS NOT NULL THEN
+      SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_graph_id;
+    END IF;
+  END IF;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+  IF v_graph_id IS NULL THEN
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+  END IF;
+
+  -- The counter row: lock it. Held until commit.
+  SELECT g.length INTO v_len
+    FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END IF;
+  IF v_len = 0 THEN
+    PERFORM cwstore._check_after_erasure(p_graph, v_graph_id);
+  END IF;
+
+  -- A stale expected length is refused before anything is written, unless every node
+  -- of the batch is held already (a retry of a write that committed: not a conflict).
+  IF p_expected_length IS NOT NULL AND p_expected_length <> v_len
+     AND EXISTS (SELECT 1 FROM unnest(v_ids) AS u(id)
+                  WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
+                                     WHERE n.graph_id = v_graph_id AND n.id = u.id)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW409',
+      MESSAGE = format('graph %L has length %s, the writer expected %s', p_graph, v_len,
+                       p_expected_length),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
+                                  'actual_length', v_len)::text;
+  END IF;
+
+  -- New nodes only (a node the graph holds, or one given twice, is written once),
+  -- numbered from the length read under the lock.
+  -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
+  -- may hold an xid older than the one that wrote the previous node), so it is the
+  -- greater of this transaction's and the graph's last node's.
+  -- The rows come joined to the graph's counter row: on Citus that makes the statement
+  -- one INSERT ... SELECT on the graph's worker (not rows copied through the
+  -- coordinator, which loses the SQLSTATE of the triggers' refusals).
+  INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
+                             created_at_text, resource_key, recorded_at, xid)
+  SELECT g.graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
+         ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
+         v_payloads[b.o], v_created[b.o], v_keys[b.o], v_now,
+         greatest(pg_current_xact_id()::text::bigint,
+                  (SELECT l.xid FROM cwstore.nodes l
+                    WHERE l.graph_id = v_graph_id AND l.seq = v_len))
+    FROM cwstore.graphs g
+   CROSS JOIN (SELECT DISTINCT ON (u.id) u.id, u.o
+                 FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+                ORDER BY u.id, u.o) b
+    LEFT JOIN LATERAL (SELECT true AS held FROM cwstore.nodes n
+                        WHERE n.graph_id = v_graph_id AND n.id = b.id LIMIT 1) x ON true
+   WHERE g.graph_id = v_graph_id AND x.held IS NULL
+   ORDER BY b.o;
+  GET DIAGNOSTICS v_new = ROW_COUNT;
+
+  -- A node the graph held must be the same node: a retry, not other content under its
+  -- id. Only when the insert skipped some (raising undoes the insert).
+  IF v_new < cardinality(v_ids) THEN
+  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_last
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id AND n.seq <= v_len
+   WHERE NOT cwstore._same_content(
+           n.kind, n.parents, n.payload_text, n.resource_key,
+           v_kinds[u.o], ARRAY(SELECT json_array_elements_text(v_parents[u.o]::json)),
+           v_payloads[u.o], v_keys[u.o])
+   ORDER BY u.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', v_graph_id, v_bad, v_bad_id,
+      format('$[%s].id', v_bad - 1),
+      format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
+  END IF;
+  END IF;
+
+  -- The declared frontier is recorded after new nodes. When this call wrote nothing it
+  -- is recorded only if it changes the frontier and, with an expected_length, that is
+  -- current, or, without one, no node came after the batch's last: a retry after others
+  -- moved on must not move their frontier back.
+  IF v_heads IS NOT NULL AND v_new = 0 THEN
+    SELECT max(n.seq) INTO v_last
+      FROM unnest(v_ids) AS u(id)
+      JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id;
+  END IF;
+  IF v_heads IS NOT NULL AND (v_new > 0 OR (
+         coalesce(p_expected_length, v_last, v_len) = v_len
+     AND v_heads IS DISTINCT FROM (
+           SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
+             FROM cwstore.frontier_spans s
+             JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+            WHERE s.graph_id = v_graph_id AND s.to_seq = cwstore.infinity_seq()))) THEN
+    INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+    VALUES (v_graph_id, v_len + v_new, v_heads);
+  END IF;
+
+  -- Every node new and given once: the rows are what was just written, in order.
+  IF v_new = cardinality(v_ids) THEN
+    RETURN QUERY
+    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text
+      FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+     ORDER BY u.o;
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
+         CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN LATERAL (SELECT * FROM cwstore.nodes n
+                   WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
+   ORDER BY u.o;
+END $$;
+
+-- 70_read_api
+
+CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
+    FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_key(p_graph) AND g.name = p_graph;
+  IF NOT FOUND THEN
+    SELECT g.graph_id, g.length, g.tenant INTO graph_id, length, v_tenant
+      FROM cwstore.graphs g WHERE g.graph_id = cwstore.graph_id_of(p_graph) AND g.name = p_graph;
+  END IF;
+  IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L does not exist', p_graph),
+      DETAIL = jsonb_build_object('graph', p_graph)::text;
+  END IF;
+END $$;
+COMMENT ON FUNCTION cwstore._graph(text) IS
+  'Private: resolve a graph name to (graph_id, length); CW404 if unknown.';
+
+-- 80_listeners
+
+CREATE FUNCTION cwstore._erasure_events(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                        p_horizon bigint, p_limit integer)
+RETURNS TABLE (xid bigint, graph_id bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT e.xid, e.graph_id FROM cwstore.erasures e
+   WHERE e.xid >= p_xid
+     AND (e.xid, e.graph_id, cwstore.infinity_seq()) > (p_xid, p_graph_id, p_seq)
+     AND e.xid < p_horizon AND cwstore._may_use(e.tenant)
+   ORDER BY e.xid, e.graph_id LIMIT p_limit
+$$;
+
+CREATE FUNCTION cwstore._tail_all(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                  p_limit integer, p_max_bytes bigint, p_erasures boolean)
+RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
+               parents text[], payload_text text, created_at_text text, resource_key text,
+               erased boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_horizon bigint;
+  v_spread boolean := false;
+BEGIN
+  IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+    EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition'
+            ' WHERE logicalrelid = ''cwstore.nodes''::regclass)' INTO v_spread;
+  END IF;
+  IF v_spread THEN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+      MESSAGE = 'the all-graphs feed (tail_all) is not available on Citus: transaction ids are per node, so its cursor could skip or repeat nodes across workers',
+      HINT = 'Follow each graph with tail (its sequence is exact on any node); see docs/scaling.md';
+  END IF;
+  v_horizon := cwstore.feed_horizon();
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    v_horizon := least(v_horizon,
+      pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint);
+  END IF;
+  RETURN QUERY
+  SELECT x.xid, x.graph_id, x.name, x.seq, x.id, x.kind, x.parents, x.payload_text,
+         x.created_at_text, x.resource_key, x.erased
+    FROM (SELECT l.*, sum(coalesce(octet_length(l.payload_text), 0))
+                        OVER (ORDER BY l.xid, l.graph_id, l.seq)
+                      - coalesce(octet_length(l.payload_text), 0) AS before
+            FROM (SELECT * FROM (
+                    SELECT n.xid, n.graph_id, g.name, n.seq, n.id, n.kind, n.parents,
+                           n.payload_text, n.created_at_text, n.resource_key, false AS erased
+                      FROM cwstore.nodes n JOIN cwstore.graphs g ON g.graph_id = n.graph_id
+                     WHERE n.xid >= p_xid
+                       AND (n.xid, n.graph_id, n.seq) > (p_xid, p_graph_id, p_seq)
+                       AND n.xid < v_horizon
+                     ORDER BY n.xid, n.graph_id, n.seq
+                     LIMIT p_limit) nodes
+                  UNION ALL
+                  SELECT e.xid, e.graph_id, NULL, cwstore.infinity_seq(), NULL, NULL, NULL,
+                         NULL, NULL, NULL, true
+                    FROM cwstore._erasure_events(p_xid, p_graph_id, p_seq, v_horizon, p_limit) e
+                   WHERE p_erasures
+                  ORDER BY 1, 2, 4
+                  LIMIT p_limit) l) x
+   WHERE p_max_bytes IS NULL OR x.before = 0 OR x.before < p_max_bytes
+   ORDER BY x.xid, x.graph_id, x.seq;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.tail_all_v1(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
+               parents text[], payload_text text, created_at_text text, resource_key text)
+LANGUAGE sql VOLATILE AS $$
+  SELECT t.xid, t.graph_id, t.name, t.seq, t.id, t.kind, t.parents, t.payload_text,
+         t.created_at_text, t.resource_key
+    FROM cwstore._tail_all(p_xid, p_graph_id, p_seq, p_limit, p_max_bytes, false) t
+$$;
+COMMENT ON FUNCTION cwstore.tail_all_v1(bigint, bigint, bigint, integer, bigint) IS
+  'The all-graphs feed: up to limit nodes (and max_bytes of payload past the first) after cursor (xid, graph_id, seq) that can no longer be overtaken (below feed_horizon()), in order; what the caller may read. No erasure events: tail_all_v2 has them.';
+
+CREATE FUNCTION cwstore.tail_all_v2(p_xid bigint, p_graph_id bigint, p_seq bigint,
+                                    p_limit integer, p_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (xid bigint, graph_id bigint, name text, seq bigint, id text, kind text,
+               parents text[], payload_text text, created_at_text text, resource_key text,
+               erased boolean)
+LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM cwstore._tail_all(p_xid, p_graph_id, p_seq, p_limit, p_max_bytes, true)
+$$;
+COMMENT ON FUNCTION cwstore.tail_all_v2(bigint, bigint, bigint, integer, bigint) IS
+  'The all-graphs feed with erasure events: up to limit rows after cursor (xid, graph_id, seq), nodes and erasures (erased true, seq infinity) of graphs the caller may read, in order, below feed_horizon().';
+
+-- 90_erasure
+
+CREATE FUNCTION cwstore._erasure_recorded() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  g record;
+BEGIN
+  SELECT x.name, x.length, x.tenant, x.incarnation, x.key_probe INTO g
+    FROM cwstore.graphs x WHERE x.graph_id = NEW.graph_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
+  END IF;
+  NEW.incarnation := g.incarnation;
+  NEW.tenant := g.tenant;
+  NEW.nodes := g.length;
+  NEW.erased_at := now();
+  NEW.erased_by := session_user;
+  NEW.xid := greatest(pg_catalog.pg_current_xact_id()::text::bigint,
+                      (SELECT n.xid FROM cwstore.nodes n
+                        WHERE n.graph_id = NEW.graph_id AND n.seq = g.length));
+  DELETE FROM cwstore.edges WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.frontier_spans WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.frontier_declarations WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.key_versions WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.key_heads WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.kind_counts WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.nodes WHERE graph_id = NEW.graph_id;
+  IF g.key_probe > 0 THEN
+    DELETE FROM cwstore.graph_key_detours
+     WHERE slot = ANY (ARRAY(SELECT cwstore.graph_key(g.name, p)
+                               FROM generate_series(0, g.key_probe - 1) p))
+       AND graph_id = NEW.graph_id;
+  END IF;
+  DELETE FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+    PERFORM pg_notify('cwstore', NEW.graph_id || ':erased');
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER erasures_erase BEFORE INSERT ON cwstore.erasures
+  FOR EACH ROW EXECUTE FUNCTION cwstore._erasure_recorded();
+
+-- may_erase(role, tenant): whether a role may erase the graphs of a tenant.
+CREATE FUNCTION cwstore.may_erase(p_role name, p_tenant text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT cwstore.sees_all(p_role)
+      OR (pg_catalog.to_regrole('cwstore_admin') IS NOT NULL
+          AND pg_catalog.pg_has_role(p_role, pg_catalog.to_regrole('cwstore_admin'), 'MEMBER')
+          AND EXISTS (SELECT 1 FROM cwstore.tenants_of(p_role) t WHERE t = p_tenant))
+$$;
+COMMENT ON FUNCTION cwstore.may_erase(name, text) IS
+  'Whether a role may erase the graphs of a tenant: an unrestricted role, or a member of cwstore_admin that belongs to the tenant.';
+
+-- _erase(graph_id, reason) -> nodes erased: the record, and so the erasure.
+CREATE FUNCTION cwstore._erase(p_graph_id bigint, p_reason text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_nodes bigint;
+BEGIN
+  INSERT INTO cwstore.erasures (graph_id, incarnation, tenant, nodes, reason, xid)
+  VALUES (p_graph_id, 0, '', 0, p_reason, 0)
+  RETURNING nodes INTO v_nodes;
+  RETURN v_nodes;
+END $$;
+
+-- erase_graph_v1(graph, reason) -> nodes erased
+--   Erases one graph, recorded with the reason given. Unknown, or of a tenant the
+--   caller is not in: CW404, as a read. A role that may read it but not erase it:
+--   42501. Erased by another call meanwhile: CW404 (erased). Waits for the appends and
+--   imports in flight on the graph; the writers that come after get CW404.
+CREATE FUNCTION cwstore.erase_graph_v1(p_graph text, p_reason text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_id bigint;
+  v_tenant text;
+BEGIN
+  v_id := (cwstore._graph(p_graph)).graph_id;
+  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_id;
+  IF NOT cwstore.may_erase(session_user, v_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('role %s may not erase graph %L: erasing needs membership in cwstore_admin',
+                       session_user, left(p_graph, 200)),
+      DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text;
+  END IF;
+  BEGIN
+    RETURN cwstore._erase(v_id, p_reason);
+  EXCEPTION WHEN SQLSTATE 'CW404' THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION cwstore.erase_graph_v1(text, text) IS
+  'Erase a graph: every row of it in every cwstore table, in this transaction, with an audit record in cwstore.erasures (no content, no name). Returns how many nodes it held.';
+
+-- erase_tenant_v1(tenant, reason, batch) -> (graph, nodes) of each graph erased
+--   Erases up to batch graphs of the tenant, each recorded; call it until it returns
+--   no row. The call that finds no graph left also removes the tenant's memberships
+--   (tenant_members). A tenant the caller may not erase: 42501.
+CREATE FUNCTION cwstore.erase_tenant_v1(p_tenant text, p_reason text DEFAULT NULL,
+                                        p_batch integer DEFAULT 100)
+RETURNS TABLE (graph text, nodes bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r record;
+BEGIN
+  PERFORM cwstore._check_batch(p_batch);
+  IF NOT cwstore.may_erase(session_user, p_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('role %s may not erase tenant %L: erasing needs membership in cwstore_admin and in the tenant',
+                       session_user, left(p_tenant, 200)),
+      DETAIL = jsonb_build_object('tenant', p_tenant, 'role', session_user)::text;
+  END IF;
+  FOR r IN SELECT g.graph_id, g.name FROM cwstore.graphs g
+            WHERE g.tenant = p_tenant ORDER BY g.graph_id LIMIT p_batch LOOP
+    BEGIN
+      graph := r.name;
+      nodes := cwstore._erase(r.graph_id, p_reason);
+      RETURN NEXT;
+    EXCEPTION WHEN SQLSTATE 'CW404' THEN
+      NULL;  -- erased by another call meanwhile
+    END;
+  END LOOP;
+  IF NOT FOUND THEN
+    DELETE FROM cwstore.tenant_members m WHERE m.tenant = p_tenant;
+  END IF;
+END $$;
+COMMENT ON FUNCTION cwstore.erase_tenant_v1(text, text, integer) IS
+  'Erase up to batch graphs of a tenant (each recorded in cwstore.erasures); call until no row. The call that finds none left removes the tenant''s memberships.';
+
+CREATE FUNCTION cwstore._check_batch(p_batch integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('a batch is 1 to 10000 graphs, got %s', coalesce(p_batch::text, 'NULL')),
+      DETAIL = jsonb_build_object('batch', p_batch)::text;
+  END IF;
+END $$;
+
+-- _check_idle(idle): 22023 unless idle is an interval >= 0.
+CREATE FUNCTION cwstore._check_idle(p_idle interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF p_idle IS NULL OR p_idle < interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('an idle time is an interval >= 0, got %s', coalesce(p_idle::text, 'NULL')),
+      DETAIL = jsonb_build_object('idle', p_idle::text)::text;
+  END IF;
+END $$;
+
+-- _idle(idle, tenant, all, tenants) -> the graphs idle longer than idle, of the tenant
+--   (every tenant when NULL) and of the tenants given (all of them when all), in key
+--   order: idle since the last node was recorded, or since creation when the graph
+--   holds none. A SQL function, inlined into its caller's query: a caller that stops
+--   early reads no further. Cost: one lookup of the last node per graph read.
+CREATE FUNCTION cwstore._idle(p_idle interval, p_tenant text, p_all boolean,
+                              p_tenants text[])
+RETURNS TABLE (graph_id bigint, graph text, tenant text, length bigint,
+               last_write timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT g.graph_id, g.name, g.tenant, g.length, coalesce(n.recorded_at, g.created_at)
+    FROM cwstore.graphs g
+    LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
+   WHERE (p_tenant IS NULL OR g.tenant = p_tenant)
+     AND (p_all OR g.tenant = ANY (p_tenants))
+     AND coalesce(n.recorded_at, g.created_at) < now() - p_idle
+   ORDER BY g.graph_id
+$$;
+
+-- _erasable_tenants() -> the tenants the login role may erase; NULL: every tenant.
+CREATE FUNCTION cwstore._erasable_tenants() RETURNS text[]
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN cwstore.sees_all(session_user) THEN NULL
+              ELSE ARRAY(SELECT t FROM cwstore.tenants_of(session_user) t
+                          WHERE cwstore.may_erase(session_user, t)) END
+$$;
+
+-- idle_graphs_v1(idle, tenant) -> what erase_idle_v1 would erase now (a dry run).
+CREATE FUNCTION cwstore.idle_graphs_v1(p_idle interval, p_tenant text DEFAULT NULL)
+RETURNS TABLE (graph text, tenant text, length bigint, last_write timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_tenants text[] := cwstore._erasable_tenants();
+BEGIN
+  PERFORM cwstore._check_idle(p_idle);
+  RETURN QUERY
+  SELECT i.graph, i.tenant, i.length, i.last_write
+    FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants) i;
+END $$;
+COMMENT ON FUNCTION cwstore.idle_graphs_v1(interval, text) IS
+  'The graphs idle longer than an interval (of a tenant, or every tenant when NULL) that the caller may erase: what erase_idle_v1 would erase. Erases nothing.';
+
+-- erase_idle_v1(idle, tenant, reason, batch) -> the graphs erased
+--   Erases up to batch graphs idle longer than idle, each checked again under its lock
+--   (a graph written meanwhile is kept) and recorded; a graph a writer holds locked is
+--   skipped (it is not idle). Call it until it returns no row: each call is one short
+--   transaction.
+CREATE FUNCTION cwstore.erase_idle_v1(p_idle interval, p_tenant text DEFAULT NULL,
+                                      p_reason text DEFAULT NULL, p_batch integer DEFAULT 100)
+RETURNS TABLE (graph text, tenant text, nodes bigint, last_write timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_tenants text[] := cwstore._erasable_tenants();
+  r record;
+  c record;
+BEGIN
+  PERFORM cwstore._check_idle(p_idle);
+  PERFORM cwstore._check_batch(p_batch);
+  FOR r IN SELECT i.graph_id, i.graph
+             FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants) i LOOP
+    -- Locked, then checked again: still idle, still the same graph.
+    SELECT g.tenant, coalesce(n.recorded_at, g.created_at) AS last_write INTO c
+      FROM (SELECT x.* FROM cwstore.graphs x WHERE x.graph_id = r.graph_id
+               FOR UPDATE SKIP LOCKED) g
+      LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
+     WHERE g.name = r.graph;
+    CONTINUE WHEN NOT FOUND OR c.last_write >= now() - p_idle;
+    graph := r.graph;
+    tenant := c.tenant;
+    last_write := c.last_write;
+    nodes := cwstore._erase(r.graph_id, p_reason);
+    RETURN NEXT;
+    p_batch := p_batch - 1;
+    EXIT WHEN p_batch = 0;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS
+  'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; call until no row.';

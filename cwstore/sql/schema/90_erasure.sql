@@ -1,0 +1,251 @@
+-- 90_erasure: forgetting on request. A graph is erased whole, in one transaction, by
+-- inserting its audit record in cwstore.erasures: the record's trigger locks the
+-- graph's row (waiting for appends in flight), fills the record from it and removes
+-- every row of the graph from every table. It runs at trigger depth 1, where the guards
+-- of 30_guards.sql let removals through; nothing else removes history, and nothing
+-- removes it without a record. The public functions decide who may erase, and which
+-- graphs (by name, by tenant, by idleness), in batches a caller repeats. docs/erasure.md
+-- says what is kept and why.
+--
+-- Who may erase: unrestricted roles (cwstore.sees_all), and members of the group role
+-- cwstore_admin for the tenants they belong to (the membership that lets them read and
+-- write those graphs). Another tenant's graph reads as no graph at all (CW404, the
+-- answer a read gets).
+--
+-- SQLSTATEs raised: CW404 (unknown graph, or erased meanwhile: DETAIL {"graph",
+-- "erased"} / {"graph_id"}), 42501 (a role that may not erase; DETAIL {"graph" or
+-- "tenant", "role"}), 22023 (a bad interval or batch).
+
+-- _erasure_recorded (BEFORE INSERT on erasures, per row): the erasure itself. Whatever
+-- the inserted row says, the record holds what was erased: the graph's life, tenant and
+-- node count, now, the login role, and its xid in the all-graphs feed (after the
+-- graph's last node's, like a node's own).
+CREATE FUNCTION cwstore._erasure_recorded() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  g record;
+BEGIN
+  SELECT x.name, x.length, x.tenant, x.incarnation, x.key_probe INTO g
+    FROM cwstore.graphs x WHERE x.graph_id = NEW.graph_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
+  END IF;
+  NEW.incarnation := g.incarnation;
+  NEW.tenant := g.tenant;
+  NEW.nodes := g.length;
+  NEW.erased_at := now();
+  NEW.erased_by := session_user;
+  NEW.xid := greatest(pg_catalog.pg_current_xact_id()::text::bigint,
+                      (SELECT n.xid FROM cwstore.nodes n
+                        WHERE n.graph_id = NEW.graph_id AND n.seq = g.length));
+  DELETE FROM cwstore.edges WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.frontier_spans WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.frontier_declarations WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.key_versions WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.key_heads WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.kind_counts WHERE graph_id = NEW.graph_id;
+  DELETE FROM cwstore.nodes WHERE graph_id = NEW.graph_id;
+  IF g.key_probe > 0 THEN
+    DELETE FROM cwstore.graph_key_detours
+     WHERE slot = ANY (ARRAY(SELECT cwstore.graph_key(g.name, p)
+                               FROM generate_series(0, g.key_probe - 1) p))
+       AND graph_id = NEW.graph_id;
+  END IF;
+  DELETE FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+    PERFORM pg_notify('cwstore', NEW.graph_id || ':erased');
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER erasures_erase BEFORE INSERT ON cwstore.erasures
+  FOR EACH ROW EXECUTE FUNCTION cwstore._erasure_recorded();
+
+-- may_erase(role, tenant): whether a role may erase the graphs of a tenant.
+CREATE FUNCTION cwstore.may_erase(p_role name, p_tenant text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT cwstore.sees_all(p_role)
+      OR (pg_catalog.to_regrole('cwstore_admin') IS NOT NULL
+          AND pg_catalog.pg_has_role(p_role, pg_catalog.to_regrole('cwstore_admin'), 'MEMBER')
+          AND EXISTS (SELECT 1 FROM cwstore.tenants_of(p_role) t WHERE t = p_tenant))
+$$;
+COMMENT ON FUNCTION cwstore.may_erase(name, text) IS
+  'Whether a role may erase the graphs of a tenant: an unrestricted role, or a member of cwstore_admin that belongs to the tenant.';
+
+-- _erase(graph_id, reason) -> nodes erased: the record, and so the erasure.
+CREATE FUNCTION cwstore._erase(p_graph_id bigint, p_reason text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_nodes bigint;
+BEGIN
+  INSERT INTO cwstore.erasures (graph_id, incarnation, tenant, nodes, reason, xid)
+  VALUES (p_graph_id, 0, '', 0, p_reason, 0)
+  RETURNING nodes INTO v_nodes;
+  RETURN v_nodes;
+END $$;
+
+-- erase_graph_v1(graph, reason) -> nodes erased
+--   Erases one graph, recorded with the reason given. Unknown, or of a tenant the
+--   caller is not in: CW404, as a read. A role that may read it but not erase it:
+--   42501. Erased by another call meanwhile: CW404 (erased). Waits for the appends and
+--   imports in flight on the graph; the writers that come after get CW404.
+CREATE FUNCTION cwstore.erase_graph_v1(p_graph text, p_reason text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_id bigint;
+  v_tenant text;
+BEGIN
+  v_id := (cwstore._graph(p_graph)).graph_id;
+  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_id;
+  IF NOT cwstore.may_erase(session_user, v_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('role %s may not erase graph %L: erasing needs membership in cwstore_admin',
+                       session_user, left(p_graph, 200)),
+      DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text;
+  END IF;
+  BEGIN
+    RETURN cwstore._erase(v_id, p_reason);
+  EXCEPTION WHEN SQLSTATE 'CW404' THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION cwstore.erase_graph_v1(text, text) IS
+  'Erase a graph: every row of it in every cwstore table, in this transaction, with an audit record in cwstore.erasures (no content, no name). Returns how many nodes it held.';
+
+-- erase_tenant_v1(tenant, reason, batch) -> (graph, nodes) of each graph erased
+--   Erases up to batch graphs of the tenant, each recorded; call it until it returns
+--   no row. The call that finds no graph left also removes the tenant's memberships
+--   (tenant_members). A tenant the caller may not erase: 42501.
+CREATE FUNCTION cwstore.erase_tenant_v1(p_tenant text, p_reason text DEFAULT NULL,
+                                        p_batch integer DEFAULT 100)
+RETURNS TABLE (graph text, nodes bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r record;
+BEGIN
+  PERFORM cwstore._check_batch(p_batch);
+  IF NOT cwstore.may_erase(session_user, p_tenant) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('role %s may not erase tenant %L: erasing needs membership in cwstore_admin and in the tenant',
+                       session_user, left(p_tenant, 200)),
+      DETAIL = jsonb_build_object('tenant', p_tenant, 'role', session_user)::text;
+  END IF;
+  FOR r IN SELECT g.graph_id, g.name FROM cwstore.graphs g
+            WHERE g.tenant = p_tenant ORDER BY g.graph_id LIMIT p_batch LOOP
+    BEGIN
+      graph := r.name;
+      nodes := cwstore._erase(r.graph_id, p_reason);
+      RETURN NEXT;
+    EXCEPTION WHEN SQLSTATE 'CW404' THEN
+      NULL;  -- erased by another call meanwhile
+    END;
+  END LOOP;
+  IF NOT FOUND THEN
+    DELETE FROM cwstore.tenant_members m WHERE m.tenant = p_tenant;
+  END IF;
+END $$;
+COMMENT ON FUNCTION cwstore.erase_tenant_v1(text, text, integer) IS
+  'Erase up to batch graphs of a tenant (each recorded in cwstore.erasures); call until no row. The call that finds none left removes the tenant''s memberships.';
+
+CREATE FUNCTION cwstore._check_batch(p_batch integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('a batch is 1 to 10000 graphs, got %s', coalesce(p_batch::text, 'NULL')),
+      DETAIL = jsonb_build_object('batch', p_batch)::text;
+  END IF;
+END $$;
+
+-- _check_idle(idle): 22023 unless idle is an interval >= 0.
+CREATE FUNCTION cwstore._check_idle(p_idle interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF p_idle IS NULL OR p_idle < interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('an idle time is an interval >= 0, got %s', coalesce(p_idle::text, 'NULL')),
+      DETAIL = jsonb_build_object('idle', p_idle::text)::text;
+  END IF;
+END $$;
+
+-- _idle(idle, tenant, all, tenants) -> the graphs idle longer than idle, of the tenant
+--   (every tenant when NULL) and of the tenants given (all of them when all), in key
+--   order: idle since the last node was recorded, or since creation when the graph
+--   holds none. A SQL function, inlined into its caller's query: a caller that stops
+--   early reads no further. Cost: one lookup of the last node per graph read.
+CREATE FUNCTION cwstore._idle(p_idle interval, p_tenant text, p_all boolean,
+                              p_tenants text[])
+RETURNS TABLE (graph_id bigint, graph text, tenant text, length bigint,
+               last_write timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT g.graph_id, g.name, g.tenant, g.length, coalesce(n.recorded_at, g.created_at)
+    FROM cwstore.graphs g
+    LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
+   WHERE (p_tenant IS NULL OR g.tenant = p_tenant)
+     AND (p_all OR g.tenant = ANY (p_tenants))
+     AND coalesce(n.recorded_at, g.created_at) < now() - p_idle
+   ORDER BY g.graph_id
+$$;
+
+-- _erasable_tenants() -> the tenants the login role may erase; NULL: every tenant.
+CREATE FUNCTION cwstore._erasable_tenants() RETURNS text[]
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN cwstore.sees_all(session_user) THEN NULL
+              ELSE ARRAY(SELECT t FROM cwstore.tenants_of(session_user) t
+                          WHERE cwstore.may_erase(session_user, t)) END
+$$;
+
+-- idle_graphs_v1(idle, tenant) -> what erase_idle_v1 would erase now (a dry run).
+CREATE FUNCTION cwstore.idle_graphs_v1(p_idle interval, p_tenant text DEFAULT NULL)
+RETURNS TABLE (graph text, tenant text, length bigint, last_write timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_tenants text[] := cwstore._erasable_tenants();
+BEGIN
+  PERFORM cwstore._check_idle(p_idle);
+  RETURN QUERY
+  SELECT i.graph, i.tenant, i.length, i.last_write
+    FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants) i;
+END $$;
+COMMENT ON FUNCTION cwstore.idle_graphs_v1(interval, text) IS
+  'The graphs idle longer than an interval (of a tenant, or every tenant when NULL) that the caller may erase: what erase_idle_v1 would erase. Erases nothing.';
+
+-- erase_idle_v1(idle, tenant, reason, batch) -> the graphs erased
+--   Erases up to batch graphs idle longer than idle, each checked again under its lock
+--   (a graph written meanwhile is kept) and recorded; a graph a writer holds locked is
+--   skipped (it is not idle). Call it until it returns no row: each call is one short
+--   transaction.
+CREATE FUNCTION cwstore.erase_idle_v1(p_idle interval, p_tenant text DEFAULT NULL,
+                                      p_reason text DEFAULT NULL, p_batch integer DEFAULT 100)
+RETURNS TABLE (graph text, tenant text, nodes bigint, last_write timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_tenants text[] := cwstore._erasable_tenants();
+  r record;
+  c record;
+BEGIN
+  PERFORM cwstore._check_idle(p_idle);
+  PERFORM cwstore._check_batch(p_batch);
+  FOR r IN SELECT i.graph_id, i.graph
+             FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants) i LOOP
+    -- Locked, then checked again: still idle, still the same graph.
+    SELECT g.tenant, coalesce(n.recorded_at, g.created_at) AS last_write INTO c
+      FROM (SELECT x.* FROM cwstore.graphs x WHERE x.graph_id = r.graph_id
+               FOR UPDATE SKIP LOCKED) g
+      LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
+     WHERE g.name = r.graph;
+    CONTINUE WHEN NOT FOUND OR c.last_write >= now() - p_idle;
+    graph := r.graph;
+    tenant := c.tenant;
+    last_write := c.last_write;
+    nodes := cwstore._erase(r.graph_id, p_reason);
+    RETURN NEXT;
+    p_batch := p_batch - 1;
+    EXIT WHEN p_batch = 0;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS
+  'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; call until no row.';
