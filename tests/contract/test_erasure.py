@@ -495,6 +495,18 @@ def test_who_may_erase_a_graph(setup: Roles) -> None:
             assert one(c, "SELECT cwstore.projection_v1(%s) IS NOT NULL", (a_graph,)) is True
         err = refusal(who, ERASE, (a_graph, "not mine to erase"))
         assert err.sqlstate == "42501", err
+    # Not only the grants: a writer given EXECUTE on the function by mistake is still
+    # refused by the function's own check.
+    with psycopg.connect(setup.owner, autocommit=True) as c:
+        grant = sql.SQL("{} EXECUTE ON FUNCTION cwstore.erase_graph_v1(text, text) {} {}")
+        writer = sql.Identifier(setup.names["writer_a"])
+        c.execute(grant.format(sql.SQL("GRANT"), sql.SQL("TO"), writer))
+        try:
+            err = refusal(setup.writer_a, ERASE, (a_graph, "granted by mistake"))
+        finally:
+            c.execute(grant.format(sql.SQL("REVOKE"), sql.SQL("FROM"), writer))
+        assert err.sqlstate == "42501", err
+        assert err.detail_json() == {"graph": a_graph, "role": setup.names["writer_a"]}
     # A writer of acme asking for globex's graph learns nothing more than for no graph.
     for who in (setup.reader_a, setup.writer_a):
         theirs = refusal(who, ERASE, (b_graph, None))
