@@ -1,6 +1,6 @@
-"""Large inputs: a 10 MB payload, a 200,000-node import with bounded memory, and clear
-refusals at the limits (nesting deeper than :data:`cwstore.jsontext.MAX_DEPTH`,
-semantic content over 100,000 characters of JSON).
+"""Large inputs: the largest payload (4 MiB) and one past it, a 200,000-node import with
+bounded memory, and clear refusals at the limits (nesting deeper than
+:data:`cwstore.jsontext.MAX_DEPTH`, semantic content over 100,000 characters of JSON).
 
 Memory is the test process's peak resident set size (``VmHWM`` in
 ``/proc/self/status``, reset before the call by writing ``5`` to
@@ -25,7 +25,7 @@ from support.reliability import CLIENTS, T0, Client, assert_graph, chain, docume
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext
 from cwstore._store_base import IMPORT_CHUNK_ROWS
-from cwstore.document import SEMANTIC_CONTENT_MAX
+from cwstore.document import MAX_PAYLOAD_BYTES, SEMANTIC_CONTENT_MAX
 
 BIG_NODES = 200_000
 # Peak RSS growth of the process while import_state runs, as a multiple of the
@@ -85,16 +85,21 @@ class PeakRSS:
             self.growth = max(0, top - base) * 1024
 
 
-# --- a 10 MB payload -------------------------------------------------------------------------
+# --- the largest payload --------------------------------------------------------------------
 
 
-def _ten_mb_node() -> dict[str, Any]:
+def _largest_node(extra: int = 0) -> dict[str, Any]:
+    """A tool_result whose payload is as large as MAX_PAYLOAD_BYTES allows (a little
+    under it), or ``extra`` units of its blob more."""
     unit = 'héllo wörld 😀 \u0000 "quoted" \\ \u202eRTL\u202c e\u0301 \t\n'
-    payload = {
-        "blob": unit * (9_500_000 // len(unit)),
+    payload: dict[str, Any] = {
+        "blob": "",
         "numbers": [*range(50_000), 0.1, 1e21, 5e-324, -(2**53 - 1)],
         "nested": {"z": 1, "a": [None, True, {"": ""}]},
     }
+    rest = len(jsontext.dumps(payload).encode())
+    per = len(jsontext.dumps(unit).encode()) - 2
+    payload["blob"] = unit * ((MAX_PAYLOAD_BYTES - rest) // per + extra)
     return {
         "id": compute_id("tool_result", [], payload),
         "kind": "tool_result",
@@ -106,16 +111,17 @@ def _ten_mb_node() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-async def test_ten_mb_payload_round_trips_exactly(
+async def test_the_largest_payload_round_trips_exactly(
     db_dsn: str, aconn: asyncpg.Connection, client: str
 ) -> None:
-    node = _ten_mb_node()
+    node = _largest_node()
     text = jsontext.dumps(document([node]))
     size = len(text.encode())
-    assert size > 10_000_000
+    assert len(jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES - 100
+    assert len(jsontext.dumps(node["payload"]).encode()) <= MAX_PAYLOAD_BYTES
     store = await Client.open(client, db_dsn, min_size=1, max_size=1)
     try:
-        graph = f"ten-mb-{uuid.uuid4().hex[:8]}"
+        graph = f"largest-{uuid.uuid4().hex[:8]}"
         with PeakRSS().measure() as mem:
             assert await store.call("import_state", graph, text) == 1
         assert mem.growth < IMPORT_FROM_TEXT_BOUND * size, (
@@ -125,7 +131,7 @@ async def test_ten_mb_payload_round_trips_exactly(
         assert await store.call("export_json", graph) == text
 
         # The same node appended live comes back byte for byte too.
-        graph2 = f"ten-mb-append-{uuid.uuid4().hex[:8]}"
+        graph2 = f"largest-append-{uuid.uuid4().hex[:8]}"
         out = await store.call(
             "append", graph2, [{k: v for k, v in node.items() if k != "sequence"}]
         )
@@ -133,6 +139,31 @@ async def test_ten_mb_payload_round_trips_exactly(
         assert await store.call("export_json", graph2) == text
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_payload_past_the_limit_is_refused_by_import_and_append(
+    db_dsn: str, aconn: asyncpg.Connection, client: str
+) -> None:
+    node = _largest_node(extra=1)
+    assert len(jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES
+    store = await Client.open(client, db_dsn, min_size=1, max_size=1)
+    try:
+        graph = f"too-large-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(cwstore.ValidationError) as imported:
+            await store.call("import_state", graph, jsontext.dumps(document([node])))
+        with pytest.raises(cwstore.ValidationError) as appended:
+            await store.call("append", graph, [{k: v for k, v in node.items() if k != "sequence"}])
+        assert (
+            await aconn.fetchval(
+                "SELECT count(*) FROM cwstore.graphs WHERE name = $1 AND length > 0", graph
+            )
+            == 0
+        )
+    finally:
+        await store.close()
+    assert [v.code for v in imported.value.violations] == ["too_large"]
+    assert [(v.code, v.path) for v in appended.value.violations] == [("too_large", "$[0].payload")]
 
 
 # --- 200,000 nodes -----------------------------------------------------------------------
