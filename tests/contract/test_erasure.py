@@ -716,7 +716,9 @@ async def test_erasure_under_live_writers(setup: Roles) -> None:
                 assert detail == {"graph": g, "erased": True}, text
             else:
                 assert state == "CW400" and "missing_parent" in text, text
-        assert any(state == "CW404" for state, _, _ in endings), endings
+        # (That some writer was waiting when the erasure committed, and so got CW404, is
+        # likely here but not certain: test_a_writer_blocked_behind_an_erasure_gets_cw404
+        # makes it so.)
 
         bad = [row for row in observed if not whole_or_none(row)]
         assert bad == [], bad[:5]
@@ -730,7 +732,13 @@ async def test_erasure_under_live_writers(setup: Roles) -> None:
             "   AND (wait_event_type = 'Lock' OR state LIKE 'idle in transaction%')"
         )
         assert stuck == []
-        assert await reader.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted") == 0
+        assert (
+            await reader.fetchval(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                " WHERE NOT l.granted AND a.datname = current_database()"
+            )
+            == 0
+        )
         async with reader.transaction():
             (record,) = await reader.fetch(
                 "SELECT nodes, incarnation, erased_by FROM cwstore.erasures WHERE graph_id = $1",
