@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .._store_base import resolve_dsn
 from ..document import Vocabulary, parse_document
-from ..errors import InputError
+from ..errors import InputError, SchemaNotReadyError
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -79,11 +79,33 @@ def cli_dsn(dsn: str | None) -> str:
     return resolve_dsn(dsn, embedded=None)
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    """A sync store on ``--dsn`` (see :func:`cli_dsn`), the schema brought up to date."""
+def open_store(args: argparse.Namespace, *, migrate: bool = False) -> Store:
+    """A sync store on ``--dsn`` (see :func:`cli_dsn`).
+
+    ``migrate``: bring the schema up to date first, for the commands that add data
+    (``import``, ``append``), so that a new user's first one works. Every other command
+    never changes a database: one whose schema is missing or behind this client is
+    refused with :class:`SchemaNotReadyError` naming ``cwstore init``.
+    """
+    from .. import migrate as migrations
+    from ..drivers.psycopg import open_raw
     from ..store import connect_sync
 
-    return connect_sync(cli_dsn(args.dsn), min_size=1, max_size=2, migrate_schema=True)
+    dsn = cli_dsn(args.dsn)
+    if not migrate:
+        with open_raw(dsn) as conn:
+            st = migrations.status_sync(conn)
+        if not st.applied:
+            raise SchemaNotReadyError(
+                "this database holds no cwstore schema: run `cwstore init` first"
+            )
+        if st.pending:
+            raise SchemaNotReadyError(
+                f"this database's cwstore schema is at version {st.current_version}, "
+                f"behind this client ({st.pending[0].filename} and {len(st.pending) - 1} "
+                "more pending): run `cwstore init` to bring it up to date"
+            )
+    return connect_sync(dsn, min_size=1, max_size=2, migrate_schema=migrate)
 
 
 def as_of(args: argparse.Namespace) -> int | datetime | None:

@@ -89,7 +89,7 @@ def _tenant_members(specs: list[str]) -> list[tuple[str, str]]:
 
 def cmd_import(args: argparse.Namespace) -> int:
     doc = parse_document(read_input(args.file))
-    with open_store(args) as store:
+    with open_store(args, migrate=True) as store:
         n = store.import_state(args.graph, doc, vocabulary=vocabulary(args))
     print(f"imported {n} nodes into graph {args.graph!r}", file=sys.stderr)
     return 0
@@ -137,7 +137,7 @@ def cmd_append(args: argparse.Namespace) -> int:
         value = value["nodes"]
     if not isinstance(value, list):
         raise InputError('expected a JSON list of nodes (or {"nodes": [...], "frontier": [...]})')
-    with open_store(args) as store:
+    with open_store(args, migrate=True) as store:
         stored = store.append(
             args.graph, value, expected_length=args.expected_length, frontier=frontier
         )
