@@ -34,7 +34,7 @@ def test_shipped_migrations_are_numbered_from_one_without_gaps() -> None:
 
 
 def test_shipped_migrations_open_with_a_comment() -> None:
-    # STYLE 4: each migration says what it does, why, and whether it is safe with live
+    # Each migration says what it does, why, and whether it is safe with live
     # writers, before its first statement.
     for m in _sql.migrations():
         assert m.sql.lstrip().startswith("--"), m.filename

@@ -40,7 +40,7 @@ END $$;
 -- work_mem: they sort and hash whole batches; and no JIT: statements over unnest() have
 -- no statistics, their cost estimates run high, and compiling them took longer than
 -- running them). Both ways check the same rules and write the same rows
--- (tests/db/test_derive_paths.py); the test suites run both.
+-- (tests/contract/test_derive_paths.py); the test suites run both.
 
 CREATE FUNCTION cwstore._nodes_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $body$

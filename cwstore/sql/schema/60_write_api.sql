@@ -76,7 +76,7 @@ COMMENT ON FUNCTION cwstore.js_number(text) IS
 -- _created_at_ok(text): createdAt is an RFC 3339 date-time with a zone that
 -- JavaScript's Date.parse reads as written: a real calendar date (year >= 1), hour
 -- 00-23, minute and second 00-59 (no leap second), offset up to +-23:59. The same rule
--- as cwstore.rules (Python).
+-- as cwstore.document (Python).
 CREATE FUNCTION cwstore._created_at_ok(p text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
@@ -265,7 +265,7 @@ END $$;
 -- _node_problem(kind, payload, createdAt, resourceKey) -> 'code|path|message' or NULL:
 -- what append_v1 and import_rows_v1 check per node beyond the table's constraints and
 -- the nodes trigger (parents, chains, sequences, semantic shape): createdAt, the
--- resourceKey's length (cwstore.rules.RESOURCE_KEY_MAX_BYTES: the key is indexed, and
+-- resourceKey's length (cwstore.document.RESOURCE_KEY_MAX_BYTES: the key is indexed, and
 -- a btree entry holds about 2,700 bytes), the payload, and a semantic content's length
 -- (100,000 UTF-16 code units of JSON.stringify(content), as the runtime counts).
 CREATE FUNCTION cwstore._node_problem(p_kind text, p_payload text, p_created text, p_key text)
