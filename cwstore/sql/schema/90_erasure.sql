@@ -18,8 +18,9 @@
 
 -- _erasure_recorded (BEFORE INSERT on erasures, per row): the erasure itself. Whatever
 -- the inserted row says, the record holds what was erased: the graph's life, tenant and
--- node count, now, the login role, and its xid in the all-graphs feed (after the
--- graph's last node's, like a node's own).
+-- node count, and its xid in the all-graphs feed (after the graph's last node's, like a
+-- node's own). When and by whom are what the statement gives (the columns' defaults,
+-- now() and session_user, unless _erase names the role).
 CREATE FUNCTION cwstore._erasure_recorded() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -35,8 +36,6 @@ BEGIN
   NEW.incarnation := g.incarnation;
   NEW.tenant := g.tenant;
   NEW.nodes := g.length;
-  NEW.erased_at := now();
-  NEW.erased_by := session_user;
   NEW.xid := greatest(pg_catalog.pg_current_xact_id()::text::bigint,
                       (SELECT n.xid FROM cwstore.nodes n
                         WHERE n.graph_id = NEW.graph_id AND n.seq = g.length));
@@ -73,14 +72,17 @@ $$;
 COMMENT ON FUNCTION cwstore.may_erase(name, text) IS
   'Whether a role may erase the graphs of a tenant: an unrestricted role, or a member of cwstore_admin that belongs to the tenant.';
 
--- _erase(graph_id, reason) -> nodes erased: the record, and so the erasure.
+-- _erase(graph_id, reason) -> nodes erased: the record, and so the erasure. The login
+-- role is read here, where the call was made (on Citus the record's trigger runs on a
+-- worker, as the cluster's own connection).
 CREATE FUNCTION cwstore._erase(p_graph_id bigint, p_reason text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
+  v_by name := session_user;
   v_nodes bigint;
 BEGIN
-  INSERT INTO cwstore.erasures (graph_id, incarnation, tenant, nodes, reason, xid)
-  VALUES (p_graph_id, 0, '', 0, p_reason, 0)
+  INSERT INTO cwstore.erasures (graph_id, incarnation, tenant, nodes, erased_by, reason, xid)
+  VALUES (p_graph_id, 0, '', 0, v_by, p_reason, 0)
   RETURNING nodes INTO v_nodes;
   RETURN v_nodes;
 END $$;
