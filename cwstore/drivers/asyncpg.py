@@ -27,6 +27,7 @@ __all__ = [
     "AsyncpgPool",
     "DriverError",
     "RawConnection",
+    "close_listener",
     "open_raw",
     "url_dsn",
     "wrap",
@@ -233,7 +234,7 @@ class AsyncpgListener(AsyncpgConnection):
         self._event.clear()
 
 
-async def _close_listener(raw: asyncpg.Connection) -> None:
+async def close_listener(raw: asyncpg.Connection) -> None:
     """Unregister and close a listener connection, even when the caller is cancelled.
 
     A cancel scope (anyio's, Starlette's on a client that left) cancels every await
@@ -300,7 +301,7 @@ class AsyncpgPool:
         except _ERRORS as exc:
             raise wrap(exc) from exc
         finally:
-            await _close_listener(raw)
+            await close_listener(raw)
 
     async def close(self) -> None:
         await self._pool.close()
