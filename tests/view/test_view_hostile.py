@@ -7,7 +7,6 @@ Backends are counted in ``pg_stat_activity`` of the test's own database.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import http.client
 import json
@@ -268,5 +267,46 @@ def test_a_database_outage_is_503_on_every_route(dsn: str) -> None:
             assert set(body["error"]) == {"type", "message"}
 
 
-# keep asyncio imported for type checkers of helpers added later
-_ = asyncio
+# ------------------------------------------------------------------ bounded reads
+
+
+@contextlib.contextmanager
+def _graphs_locked(dsn: str) -> Iterator[None]:
+    """Every read of a graph waits while this holds ``cwstore.graphs`` exclusively."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("LOCK TABLE cwstore.graphs IN ACCESS EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def _waiting_view_reads(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'cwstore view' AND state = 'active'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_read_whose_client_left_is_cancelled(server: str, dsn: str) -> None:
+    parts = urlsplit(server)
+    with _graphs_locked(dsn):
+        sock = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=30)
+        sock.sendall(f"GET /api/window?graph=g HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode())
+        _until(lambda: _waiting_view_reads(dsn) == 1, 10)
+        assert _waiting_view_reads(dsn) == 1  # the read waits for the lock
+        sock.close()
+        # the client left: its read stops waiting while the lock is still held
+        _until(lambda: _waiting_view_reads(dsn) == 0, 10)
+        assert _waiting_view_reads(dsn) == 0
+
+
+def test_a_read_past_the_statement_timeout_is_503(dsn: str) -> None:
+    with view_server(dsn, "--statement-timeout", "1") as url, _graphs_locked(dsn):
+        started = time.monotonic()
+        status, body, _ = _get(url, "api/window?graph=g")
+        assert status == 503 and body["error"]["type"] == "timeout", body
+        assert time.monotonic() - started < 10
