@@ -200,7 +200,7 @@ def as_of_args(as_of: int | datetime | None) -> tuple[int | None, datetime | Non
         raise InputError(
             f"as_of must be a sequence number from 0 to 2**63 - 1 or a datetime, got {as_of!r}"
         )
-    return cast(int, as_of), None
+    return as_of, None
 
 
 def check_time(t: datetime, name: str) -> datetime:
