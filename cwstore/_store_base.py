@@ -115,11 +115,42 @@ def resolve_dsn(dsn: str | None, *, embedded: bool | None = False) -> str:
     )
 
 
+MAX_SEQUENCE = 2**63 - 1
+"""The largest sequence number or length (an SQL ``bigint``)."""
+
+
+def _is_count(value: object) -> bool:
+    """An ``int`` (not a ``bool``) from 0 to :data:`MAX_SEQUENCE`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEQUENCE
+
+
 def check_after(after: object) -> int:
-    """A ``tail`` start position: a sequence number >= 0, else :class:`InputError`."""
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InputError(f"after must be a sequence number >= 0, got {after!r}")
-    return after
+    """A ``tail`` start position: a sequence number from 0 to 2**63 - 1, else
+    :class:`InputError`."""
+    if not _is_count(after):
+        raise InputError(f"after must be a sequence number from 0 to 2**63 - 1, got {after!r}")
+    return cast(int, after)
+
+
+def check_expected_length(expected_length: object) -> int | None:
+    """``None`` or a graph length from 0 to 2**63 - 1, else :class:`InputError` (a
+    ``1.5`` or ``False`` is refused, never rounded or read as 0)."""
+    if expected_length is not None and not _is_count(expected_length):
+        raise InputError(
+            "expected_length must be None or an integer from 0 to 2**63 - 1, "
+            f"got {expected_length!r}"
+        )
+    return cast(int | None, expected_length)
+
+
+def check_key(key: object) -> str:
+    """A resource or semantic key: a non-empty string PostgreSQL text can hold (no
+    U+0000, no lone surrogate), else :class:`InputError`."""
+    if not isinstance(key, str) or not key:
+        raise InputError(f"a key must be a non-empty string, got {key!r}")
+    if "\x00" in key or jsontext._bad_string(key):
+        raise InputError("a key cannot hold U+0000 or a lone surrogate")
+    return key
 
 
 def vocabulary_arg(vocab: Vocabulary) -> list[str] | None:
@@ -164,12 +195,26 @@ def as_of_args(as_of: int | datetime | None) -> tuple[int | None, datetime | Non
     if as_of is None:
         return None, None
     if isinstance(as_of, datetime):
-        if as_of.tzinfo is None:
-            raise InputError("as_of time needs a time zone (RFC 3339 with an offset)")
-        return None, as_of
-    if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
-        raise InputError(f"as_of must be a sequence number >= 0 or a datetime, got {as_of!r}")
+        return None, check_time(as_of, "as_of")
+    if not _is_count(as_of):
+        raise InputError(
+            f"as_of must be a sequence number from 0 to 2**63 - 1 or a datetime, got {as_of!r}"
+        )
     return as_of, None
+
+
+def check_time(t: datetime, name: str) -> datetime:
+    """An aware datetime that has a UTC time (years 1 to 9999 there), as UTC, else
+    :class:`InputError`: ``0001-01-01T00:00:00+14:00`` is before the first UTC time a
+    :class:`~datetime.datetime` holds, and the drivers would fail on it each its own way."""
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise InputError(f"{name} time needs a time zone (RFC 3339 with an offset)")
+    try:
+        return t.astimezone(UTC)
+    except OverflowError:
+        raise InputError(
+            f"{name} time {t.isoformat()} is out of range (years 1 to 9999 in UTC)"
+        ) from None
 
 
 def check_read_length(graph: str, seq: int | None, length: int) -> None:

@@ -33,8 +33,10 @@ from ._store_base import (
     as_of_args,
     check_after,
     check_batch,
+    check_expected_length,
     check_graph_name,
     check_idle,
+    check_key,
     check_read_length,
     check_reason,
     check_tenant,
@@ -276,6 +278,7 @@ class AsyncStore:
     ) -> tuple[list[dict[str, Any]], list[Row]]:
         """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
         check_graph_name(graph)
+        check_expected_length(expected_length)
         batch = prepare_batch(nodes, frontier)
         try:
             async with self._pool.connection() as conn:
@@ -310,6 +313,7 @@ class AsyncStore:
         (nothing was written).
         """
         check_graph_name(graph)
+        check_expected_length(expected_length)
         todo = read_state(state)
         known = self._saved.usable(graph, todo, expected_length)
         if known is not None:
@@ -377,7 +381,12 @@ class AsyncStore:
         return projection
 
     async def history(self, graph: str, key: str) -> list[KeyVersion]:
-        """Every version of a resource or semantic key, oldest first."""
+        """Every version of a resource or semantic key, oldest first.
+
+        Raises :class:`InputError` for a key that is not a non-empty string without
+        U+0000 or lone surrogates, :class:`UnknownGraphError` for no such graph.
+        """
+        check_key(key)
         async with self._pool.connection() as conn:
             g = await self._graph(conn, graph)
             rows = await conn.fetch(q("key_history"), g[0], key)

@@ -27,6 +27,7 @@ __all__ = [
     "AsyncpgPool",
     "DriverError",
     "RawConnection",
+    "close_listener",
     "open_raw",
     "url_dsn",
     "wrap",
@@ -233,6 +234,25 @@ class AsyncpgListener(AsyncpgConnection):
         self._event.clear()
 
 
+async def close_listener(raw: asyncpg.Connection) -> None:
+    """Unregister and close a listener connection, even when the caller is cancelled.
+
+    A cancel scope (anyio's, Starlette's on a client that left) cancels every await
+    inside it again, this cleanup's too: a cancelled ``close()`` would leave the
+    backend open until the garbage collector found the connection. Then the socket is
+    closed without a goodbye (``terminate``); the server ends the backend at once, and
+    its row in ``cwstore.listeners`` goes at the next follower's ``listen_v1``.
+    """
+    try:
+        with suppress(*_ERRORS):
+            await raw.execute(_Q["unlisten"])
+        with suppress(*_ERRORS):
+            await raw.close()
+    finally:
+        if not raw.is_closed():
+            raw.terminate()
+
+
 class AsyncpgPool:
     """An asyncpg pool behind the :class:`AsyncPool` protocol."""
 
@@ -281,10 +301,7 @@ class AsyncpgPool:
         except _ERRORS as exc:
             raise wrap(exc) from exc
         finally:
-            with suppress(*_ERRORS):
-                await raw.execute(_Q["unlisten"])
-            with suppress(*_ERRORS):
-                await raw.close()
+            await close_listener(raw)
 
     async def close(self) -> None:
         await self._pool.close()

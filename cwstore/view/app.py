@@ -5,13 +5,23 @@ functions (``projection_v1`` through :meth:`AsyncStore.project`, ``ancestors``,
 ``descendants``, ``key_history``), never from a fold here or in the browser. Each
 request's error becomes a JSON object ``{"error": {"type", "message"}}`` with an HTTP
 status (400 bad parameter, 404 unknown graph or node, 500 anything else), never a
-traceback. A graph erased while the page follows it: the live stream ends with an
+traceback (503 when the database cannot be reached or a read ran past its statement
+timeout). A graph erased while the page follows it: the live stream ends with an
 ``erased`` event, and an error of type ``graph_erased`` (404) tells it apart from
 ``unknown_graph``.
+
+Hostile use is bounded: a request whose ``Host`` header names neither an address nor
+``localhost`` nor a host the user allowed is refused (403, against DNS rebinding); a
+request whose client leaves is cancelled, its query with it; live streams share the
+pool and one listening connection (:mod:`cwstore.view.live`), at most ``max_live`` at
+once; a node's history sends a preview of each version, a payload only on demand.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import (
     AsyncStore,
@@ -36,13 +47,16 @@ from .. import (
     GraphErasedError,
     InputError,
     PermissionDeniedError,
+    StoreTimeoutError,
     UnknownGraphError,
     ValidationError,
 )
 from .._sql import queries
+from .._store_base import check_time
 from ..drivers.asyncpg import wrap
+from .live import Busy, LiveHub
 
-__all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "psql_set"]
+__all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "host_allowed", "psql_set"]
 
 log = logging.getLogger("cwstore.view")
 
@@ -52,6 +66,10 @@ MAX_GRAPHS = 500
 RELATIVES_LIMIT = 200
 RELATIVES_DEPTH = 10
 HISTORY_LIMIT = 200
+PAYLOAD_CHARS = 100_000
+"""Characters of a node's own payload ``/api/node`` sends; ``/api/payload`` sends all."""
+PREVIEW_CHARS = 200
+"""Characters of each version's payload text a node's history sends (the page shows 50)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +78,10 @@ class ViewConfig:
 
     first_graph: str | None = None
     window: int = 300
+    hosts: frozenset[str] = frozenset()
+    """Host names (lower case, no port) served besides addresses and ``localhost``."""
+    port: int | None = None
+    """The port a Host header must name, when it names one (``None``: any)."""
 
 
 class _Problem(Exception):
@@ -96,6 +118,12 @@ def _problem_of(exc: BaseException) -> _Problem:
         return _Problem(400, "bad_request", exc.message)
     if isinstance(exc, PermissionDeniedError):
         return _Problem(403, "permission_denied", exc.message)
+    if isinstance(exc, Busy):
+        return _Problem(503, "busy", exc.message)
+    if isinstance(exc, StoreTimeoutError):
+        return _Problem(503, "timeout", exc.message)
+    if isinstance(exc, DatabaseError) and _unreachable(exc.sqlstate):
+        return _Problem(503, "database unreachable", exc.message)
     if isinstance(exc, Error):
         return _Problem(500, type(exc).__name__, exc.message)
     if isinstance(exc, OSError | asyncpg.InterfaceError):
@@ -105,6 +133,94 @@ def _problem_of(exc: BaseException) -> _Problem:
 
 _INVALID_PARAMETER = "22023"
 """What a read function raises for an argument out of its range (a request's value)."""
+
+
+def _unreachable(sqlstate: str | None) -> bool:
+    """A connection-level failure: no SQLSTATE (the socket or the driver), class 08
+    (connection exception), or the server shutting down or starting (57P01 to 57P03)."""
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
+
+
+def host_allowed(host_header: str, hosts: frozenset[str], port: int | None) -> bool:
+    """Whether a request's ``Host`` header names this view: an IP address, ``localhost``
+    or one of ``hosts``, with ``port`` when it has a port. A DNS-rebinding page names
+    its own domain, which is none of these."""
+    h = host_header.strip().lower()
+    if h.startswith("["):  # [IPv6]:port
+        name, _, rest = h[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            return False
+        given = rest[1:]
+    elif h.count(":") > 1:  # an IPv6 address must be in brackets
+        return False
+    else:
+        name, _, given = h.partition(":")
+    if given and (not given.isdigit() or (port is not None and int(given) != port)):
+        return False
+    name = name.removesuffix(".")
+    if not name:
+        return False
+    if name == "localhost" or name in hosts:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class _Guard:
+    """ASGI middleware: refuse a foreign ``Host`` (403), and cancel a request whose
+    client disconnects (its database query is cancelled with it). Live streams watch
+    for the disconnect themselves (Starlette's streaming response does)."""
+
+    def __init__(self, app: ASGIApp, config: ViewConfig) -> None:
+        self.app, self.config = app, config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        if not host_allowed(host, self.config.hosts, self.config.port):
+            response = _error(
+                403,
+                "forbidden_host",
+                f"this view does not serve host {host[:200]!r}; "
+                "start it with --allow-host NAME to serve a name",
+            )
+            await response(scope, receive, send)
+            return
+        if scope["path"] == "/api/live" or scope.get("method") != "GET":
+            await self.app(scope, receive, send)
+            return
+        await _cancelled_on_disconnect(self.app, scope, receive, send)
+
+
+async def _cancelled_on_disconnect(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Run the request; cancel it when the client disconnects first."""
+
+    async def nothing_more() -> Message:  # a GET has no body to read
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    handler = asyncio.ensure_future(app(scope, nothing_more, send))
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not handler.done():
+            handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await handler
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -158,7 +274,7 @@ def _time(request: Request, name: str) -> datetime | None:
         raise InputError(f"parameter {name!r}: {raw!r} is not an RFC 3339 timestamp") from None
     if t.tzinfo is None:
         raise InputError(f"parameter {name!r}: {raw!r} needs a zone (Z or +hh:mm)")
-    return t
+    return check_time(t, f"parameter {name!r}:")
 
 
 def psql_set(name: str, value: str | int) -> str:
@@ -194,9 +310,10 @@ def _node_event(node: CausalNode) -> dict[str, Any]:
 # ------------------------------------------------------------------ the app
 
 
-def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Starlette:
-    """The view's ASGI app over an open store (for the as-of reads and ``tail``) and a
-    pool of read-only connections (for the queries of ``cwstore/view/queries.sql``)."""
+def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: LiveHub) -> ASGIApp:
+    """The view's ASGI app over an open store (for the as-of reads), a pool of
+    read-only connections (for the queries of ``cwstore/view/queries.sql``) and the
+    hub of its live streams."""
     static = resources.files("cwstore.view") / "static"
     index_html = (static / "index.html").read_text(encoding="utf-8")
 
@@ -309,29 +426,33 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
             g = await graph_row(conn, graph)
-            n = await conn.fetchrow(Q["view_node"], g["graph_id"], node_id)
+            n = await conn.fetchrow(Q["view_node"], g["graph_id"], node_id, PAYLOAD_CHARS)
             if n is None:
                 raise _Problem(404, "unknown_node", f"graph {graph!r} has no node {node_id!r}")
             anc = await conn.fetch(Q["view_ancestors"], graph, node_id, depth, limit + 1)
             desc = await conn.fetch(Q["view_descendants"], graph, node_id, depth, limit + 1)
-        key = n["resource_key"]
-        history: list[dict[str, Any]] = []
-        versions = 0
+            key = n["resource_key"]
+            history: list[dict[str, Any]] = []
+            versions = 0
+            if key is not None:
+                versions = int(await conn.fetchval(Q["view_key_versions"], g["graph_id"], key))
+                found = await conn.fetch(
+                    Q["view_key_history"], g["graph_id"], key, HISTORY_LIMIT, PREVIEW_CHARS
+                )
+                history = [
+                    {
+                        "version": v["version"],
+                        "seq": v["seq"],
+                        "id": v["id"],
+                        "kind": v["kind"],
+                        "createdAt": v["created_at_text"],
+                        "preview": v["preview"],
+                        "bytes": v["bytes"],
+                    }
+                    for v in reversed(found)
+                ]
         sql = [psql_set("graph", graph), psql_set("node", node_id)]
         if key is not None:
-            found = await store.history(graph, key)
-            versions = len(found)
-            history = [
-                {
-                    "version": v.version,
-                    "seq": v.sequence,
-                    "id": v.id,
-                    "kind": v.kind,
-                    "createdAt": v.created_at,
-                    "payload": v.payload,
-                }
-                for v in found[-HISTORY_LIMIT:]
-            ]
             sql.append(psql_set("key", key))
         sql.append(Q["psql_node"])
         if key is not None:
@@ -358,6 +479,8 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
                     "recordedAt": n["recorded_at"].isoformat(),
                     "resourceKey": key,
                     "payload_text": n["payload_text"],
+                    "payload_chars": n["payload_chars"],
+                    "payload_truncated": n["payload_chars"] > PAYLOAD_CHARS,
                 },
                 "depth": depth,
                 "ancestors": rel(anc),
@@ -368,15 +491,27 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
         )
 
     @_json_errors
+    async def api_payload(request: Request) -> Response:
+        graph = _text(request, "graph")
+        node_id = _text(request, "id")
+        async with pool.acquire() as conn, conn.transaction(readonly=True):
+            g = await graph_row(conn, graph)
+            text = await conn.fetchval(Q["view_payload"], g["graph_id"], node_id)
+        if text is None:
+            raise _Problem(404, "unknown_node", f"graph {graph!r} has no node {node_id!r}")
+        return _JSON({"graph": graph, "id": node_id, "payload_text": text})
+
+    @_json_errors
     async def api_live(request: Request) -> Response:
         graph = _text(request, "graph")
         after = _int(request, "after", 0, 0, 2**62) or 0
         await store.length(graph)
+        live.open()
 
         async def events() -> AsyncIterator[str]:
             yield "retry: 2000\n: following\n\n"
             try:
-                async for node in store.tail(graph, after):
+                async for node in live.follow(graph, after):
                     yield f"event: node\ndata: {_dumps(_node_event(node))}\n\n"
             except GraphErasedError as exc:
                 # The stream's last event: the page stops following and says so.
@@ -408,7 +543,9 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig) -> Sta
         Route("/api/state", api_state),
         Route("/api/window", api_window),
         Route("/api/node", api_node),
+        Route("/api/payload", api_payload),
         Route("/api/live", api_live),
         Mount("/static", StaticFiles(packages=[("cwstore.view", "static")]), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    return _Guard(app, config)

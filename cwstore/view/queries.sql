@@ -38,8 +38,10 @@ SELECT child_seq, parent_seq
  ORDER BY child_seq, position
 
 -- name: view_node
--- One node of graph id $1 by id $2, its payload as the exact text stored.
-SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key, recorded_at
+-- One node of graph id $1 by id $2: its payload's first $3 characters of the exact
+-- text stored, and the whole text's length in characters.
+SELECT seq, id, kind, parents, left(payload_text, $3) AS payload_text, created_at_text,
+       resource_key, recorded_at, length(payload_text) AS payload_chars
   FROM cwstore.nodes
  WHERE graph_id = $1 AND id = $2
 
@@ -50,6 +52,25 @@ SELECT seq, id, kind, depth FROM cwstore.ancestors($1, $2, $3) ORDER BY depth, s
 -- name: view_descendants
 -- What depends on node $2 of graph $1, up to depth $3 (NULL = all), at most $4 rows.
 SELECT seq, id, kind, depth FROM cwstore.descendants($1, $2, $3) ORDER BY depth, seq LIMIT $4
+
+-- name: view_key_versions
+-- How many versions key $2 of graph id $1 has.
+SELECT count(*) FROM cwstore.key_versions WHERE graph_id = $1 AND key = $2
+
+-- name: view_key_history
+-- The last $3 versions of key $2 of graph id $1, newest first, with the first $4
+-- characters of each payload text and its size in bytes (never the whole payload).
+SELECT v.version, n.seq, n.id, n.kind, n.created_at_text,
+       left(n.payload_text, $4) AS preview, octet_length(n.payload_text) AS bytes
+  FROM cwstore.key_versions v
+  JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
+ WHERE v.graph_id = $1 AND v.key = $2
+ ORDER BY v.version DESC
+ LIMIT $3
+
+-- name: view_payload
+-- The payload of node $2 of graph id $1, as the exact text stored.
+SELECT payload_text FROM cwstore.nodes WHERE graph_id = $1 AND id = $2
 
 -- name: psql_node
 -- The node, what it depends on (ancestors), what depends on it (descendants).

@@ -8,13 +8,17 @@ import socket
 import sys
 import threading
 import webbrowser
-from urllib.parse import quote
+from collections.abc import Sequence
+from dataclasses import replace
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import uvicorn
 
 from .. import DatabaseError, InputError, connect
+from ..drivers.asyncpg import url_dsn
 from .app import MAX_WINDOW, ViewConfig, create_app
+from .live import LiveHub
 
 __all__ = ["serve"]
 
@@ -27,16 +31,25 @@ def serve(
     port: int,
     open_browser: bool,
     window: int,
+    allow_hosts: Sequence[str] = (),
+    max_live: int = 100,
+    statement_timeout: int = 30,
 ) -> int:
     """Serve the page on ``host:port`` until interrupted (Ctrl-C, SIGTERM); returns 0.
 
     Prints the page's address on stdout first (one line, ``cwstore view: <url> ...``).
+    Serves requests whose Host header is an IP address, ``localhost``, ``host`` or one
+    of ``allow_hosts`` (403 otherwise); follows at most ``max_live`` live streams; every
+    read runs under a ``statement_timeout`` of that many seconds.
+
     Raises :class:`InputError` when the address cannot be bound or the window is out of
     range, :class:`UnknownGraphError` when ``graph`` is not there (or not the role's).
     """
     if not 10 <= window <= MAX_WINDOW:
         raise InputError(f"--window {window}: give 10 to {MAX_WINDOW} nodes")
-    return asyncio.run(_serve(dsn, graph, host, port, open_browser, window))
+    names = frozenset(h.lower().strip("[]").removesuffix(".") for h in (host, *allow_hosts))
+    config = ViewConfig(first_graph=graph, window=window, hosts=names)
+    return asyncio.run(_serve(dsn, host, port, open_browser, config, max_live, statement_timeout))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -70,11 +83,30 @@ def _has_browser() -> bool:
     return True
 
 
+def _with_settings(dsn: str, settings: dict[str, str]) -> str:
+    """``dsn`` as a URL whose query also sets ``settings`` (asyncpg sends a URL's
+    unknown parameters as session settings)."""
+    url = urlsplit(url_dsn(dsn))
+    extra = urlencode(settings)
+    return urlunsplit(url._replace(query=f"{url.query}&{extra}" if url.query else extra))
+
+
 async def _serve(
-    dsn: str, graph: str | None, host: str, port: int, open_browser: bool, window: int
+    dsn: str,
+    host: str,
+    port: int,
+    open_browser: bool,
+    config: ViewConfig,
+    max_live: int,
+    statement_timeout: int,
 ) -> int:
-    store = await connect(dsn, min_size=1, max_size=4, migrate_schema=False)
+    graph = config.first_graph
+    # Every read of the view is bounded in time; a request whose client left is
+    # cancelled sooner (app._Guard).
+    bounded = _with_settings(dsn, {"statement_timeout": f"{statement_timeout}s"})
+    store = await connect(bounded, min_size=1, max_size=4, migrate_schema=False)
     pool: asyncpg.Pool | None = None
+    live: LiveHub | None = None
     try:
         try:
             pool = await asyncpg.create_pool(
@@ -94,7 +126,8 @@ async def _serve(
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{bound}/" + (f"#/g/{quote(graph, safe='')}" if graph else "")
-        app = create_app(store, pool, ViewConfig(first_graph=graph, window=window))
+        live = LiveHub(store.dsn, pool, max_live)
+        app = create_app(store, pool, replace(config, port=bound), live)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
@@ -112,6 +145,8 @@ async def _serve(
         finally:
             sock.close()
     finally:
+        if live is not None:
+            await live.close()
         if pool is not None:
             await pool.close()
         await store.close()

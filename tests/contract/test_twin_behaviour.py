@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -183,3 +184,89 @@ async def test_an_empty_fixed_vocabulary_is_refused(clients: tuple[Any, Any]) ->
     for store in clients:
         outcome = await _outcome(import_fixed_empty_vocabulary, store, f"g-{uuid.uuid4().hex}")
         assert outcome.startswith("('raised', 'InputError'"), outcome
+
+
+# --- bad arguments: both clients refuse them alike, with InputError, before the driver ---
+
+FAR_EAST = timezone(timedelta(hours=14))
+EARLIEST = datetime(1, 1, 1, tzinfo=FAR_EAST)  # before 0001-01-01 in UTC
+LATEST = datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-14)))
+
+
+async def _with_root(store: Any, graph: str) -> None:
+    await store.append(graph, [_node("goal", [], {"text": "root"})])
+
+
+def _append_expecting(length: Any) -> Scenario:
+    async def scenario(store: Any, graph: str) -> Any:
+        await _with_root(store, graph)
+        more = [_node("goal", [], {"text": "more"})]
+        return await store.append(graph, more, expected_length=length)
+
+    scenario.__name__ = f"append_expected_length_{length!r}"
+    return scenario
+
+
+def _save_expecting(length: Any) -> Scenario:
+    async def scenario(store: Any, graph: str) -> Any:
+        await _with_root(store, graph)
+        return await store.save(graph, await store.replay(graph), expected_length=length)
+
+    scenario.__name__ = f"save_expected_length_{length!r}"
+    return scenario
+
+
+def _read_as_of(method: str, as_of: Any) -> Scenario:
+    async def scenario(store: Any, graph: str) -> Any:
+        await _with_root(store, graph)
+        return await getattr(store, method)(graph, as_of)
+
+    scenario.__name__ = f"{method}_as_of_{as_of!r}"
+    return scenario
+
+
+def _history_of(key: Any) -> Scenario:
+    async def scenario(store: Any, graph: str) -> Any:
+        await _with_root(store, graph)
+        return await store.history(graph, key)
+
+    scenario.__name__ = f"history_key_{key!r}"
+    return scenario
+
+
+def _tail_after(after: Any) -> Scenario:
+    async def scenario(store: Any, graph: str) -> Any:
+        await _with_root(store, graph)
+        feed = store.tail(graph, after)
+        try:
+            return await asyncio.wait_for(anext(aiter(feed)), 10)
+        finally:
+            await feed.aclose()
+
+    scenario.__name__ = f"tail_after_{after!r}"
+    return scenario
+
+
+BAD_ARGUMENTS = [
+    *(_append_expecting(v) for v in (1.5, False, True, -1, "1", 2**63)),
+    *(_save_expecting(v) for v in (1.5, False, -1)),
+    *(
+        _read_as_of(m, t)
+        for m in ("project", "export_json", "replay")
+        for t in (EARLIEST, LATEST, 2**63, 1.0)
+    ),
+    *(_history_of(k) for k in ("a\x00b", "\ud800", "", 5, None)),
+    *(_tail_after(a) for a in (2**63, 1.0, -1)),
+]
+
+
+@pytest.mark.parametrize("scenario", BAD_ARGUMENTS, ids=[s.__name__ for s in BAD_ARGUMENTS])
+async def test_both_clients_refuse_bad_arguments_alike(
+    scenario: Scenario, clients: tuple[Any, Any]
+) -> None:
+    astore, sstore = clients
+    tag = uuid.uuid4().hex
+    got_async = await _outcome(scenario, astore, f"twin-a-{tag}")
+    got_sync = await _outcome(scenario, sstore, f"twin-s-{tag}")
+    assert got_async == got_sync
+    assert got_async.startswith("('raised', 'InputError'"), got_async

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import asyncpg
 import pytest
 
@@ -494,3 +495,41 @@ async def test_sync_tail_all_resumes(db_dsn: str, astore: cwstore.AsyncStore) ->
         assert [str(i.cursor) for i in rest] == [str(i.cursor) for i in items[1:]]
     finally:
         await asyncio.to_thread(sync.close)
+
+
+# --- (c) giving connections back ---------------------------------------------------------------
+
+
+async def _backends(dsn: str) -> int:
+    """Client backends of the test's database other than the one counting."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_tail_cancelled_by_a_cancel_scope_closes_its_connection(
+    db_dsn: str, astore: cwstore.AsyncStore
+) -> None:
+    """anyio's cancellation repeats at every await inside the scope, the cleanup's too:
+    the listener connection must still be closed (not left to the garbage collector)."""
+    graph = _name("cancel")
+    await astore.append(graph, [_node("goal", "x")])
+    before = await _backends(db_dsn)
+    held: list[Any] = []
+    for _ in range(5):
+        with anyio.move_on_after(0.3):
+            feed = astore.tail(graph)
+            held.append(feed)  # a reference, so only the tail's own cleanup can close it
+            async for _ in feed:
+                pass
+    deadline = time.monotonic() + 5
+    while (now := await _backends(db_dsn)) > before and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert now == before, f"{now - before} listener backends left behind"

@@ -418,6 +418,14 @@
       $("node-key-line").hidden = !n.resourceKey;
       $("node-key").textContent = n.resourceKey || "";
       $("payload").textContent = n.payload_text;
+      var more = $("payload-all");
+      more.hidden = !n.payload_truncated;
+      more.textContent = "show all " + n.payload_chars + " characters";
+      more.onclick = function () {
+        api("payload", { graph: S.graph, id: id }).then(function (p) {
+          if (S.node === id) { $("payload").textContent = p.payload_text; more.hidden = true; }
+        }).catch(function () {});
+      };
       $("depth-note").textContent = body.depth ? "relatives within depth " + body.depth :
         "relatives at every depth";
       $("all-depths").hidden = !body.depth;
@@ -431,7 +439,8 @@
         body.history.rows.forEach(function (v) {
           var tr = el("tr"); tr.dataset.id = v.id;
           tr.appendChild(el("td", "v" + v.version)); tr.appendChild(el("td", "#" + v.seq));
-          tr.appendChild(el("td", v.createdAt)); tr.appendChild(el("td", short(v.payload, 50)));
+          tr.appendChild(el("td", v.createdAt)); tr.appendChild(el("td", short(v.preview, 50)));
+          tr.title = v.bytes + " bytes: click to open this version";
           tr.addEventListener("click", function () { selectNode(v.id); });
           ht.appendChild(tr);
         });

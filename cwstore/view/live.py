@@ -1,0 +1,142 @@
+"""The view's live streams: one LISTEN for every page, reads on the bounded pool.
+
+Each ``GET /api/live`` follows one graph the way :meth:`AsyncStore.tail` does (the
+table is the truth, a notification only a wake-up), but holds no connection of its
+own: it borrows one of the view's pool for each read and waits without one. A single
+listening connection, opened while at least one stream is open, wakes the streams of
+the graph a notification names. So the view uses at most its pool and one more
+connection however many pages follow, and a stream whose client left (its task
+cancelled) holds nothing to give back.
+
+What this writes: the listening connection calls ``cwstore.listen_v1()``, which keeps
+one row (its backend's pid) in ``cwstore.listeners`` while it is open, because appends
+send their wake-up only while that table holds a row. ``unlisten_v1()`` deletes it when
+the last stream ends (or the row goes with the backend, at the next ``listen_v1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from typing import Any
+
+import asyncpg
+
+from .._store_base import TAIL_BATCH_BYTES, node_from_row, q
+from ..document import CausalNode
+from ..drivers.asyncpg import close_listener
+from ..errors import Error, GraphErasedError, UnknownGraphError
+
+__all__ = ["Busy", "LiveHub"]
+
+log = logging.getLogger("cwstore.view")
+
+POLL_SECONDS = 5.0
+"""A stream reads again after this long without a wake-up (a notification is a hint)."""
+_BATCH = 1000
+
+
+class Busy(Error):
+    """The view follows as many live streams as it may; try again later."""
+
+
+class LiveHub:
+    """Live streams of one view: at most ``max_streams`` at once, over ``pool``, woken by
+    one connection to ``dsn`` that listens while any stream is open."""
+
+    def __init__(self, dsn: str, pool: asyncpg.Pool, max_streams: int) -> None:
+        self._dsn = dsn
+        self._pool = pool
+        self.max_streams = max_streams
+        self._waiting: dict[asyncio.Event, int] = {}
+        self._streams = 0
+        self._listening: asyncio.Task[None] | None = None
+
+    @property
+    def streams(self) -> int:
+        """How many streams are open."""
+        return self._streams
+
+    def _wake(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        graph_id, _, _ = str(payload).partition(":")
+        for event, gid in self._waiting.items():
+            if str(gid) == graph_id or not graph_id.isdigit():
+                event.set()
+
+    async def _listen(self) -> None:
+        try:
+            conn = await asyncpg.connect(
+                self._dsn, server_settings={"application_name": "cwstore view live"}
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("live: cannot listen (%s); streams poll every %ss", exc, POLL_SECONDS)
+            return
+        try:
+            await conn.add_listener("cwstore", self._wake)
+            await conn.execute(q("listen"))
+            await asyncio.Event().wait()  # until cancelled by the last stream's end
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("live: listening failed (%s)", exc)
+        finally:
+            await close_listener(conn)
+
+    def _start(self) -> None:
+        if self._listening is None or self._listening.done():
+            self._listening = asyncio.get_running_loop().create_task(self._listen())
+
+    def _stop(self) -> None:
+        if self._streams == 0 and self._listening is not None:
+            self._listening.cancel()
+            self._listening = None
+
+    async def close(self) -> None:
+        """Stop listening (the streams end with the server)."""
+        task, self._listening = self._listening, None
+        if task is not None:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    def open(self) -> None:
+        """Count a new stream in; raises :class:`Busy` when ``max_streams`` are open.
+        Every :meth:`open` is followed by a :meth:`follow` (which counts it out)."""
+        if self._streams >= self.max_streams:
+            raise Busy(f"the view follows {self._streams} live streams, its most; retry later")
+        self._streams += 1
+
+    async def follow(self, graph: str, after: int) -> AsyncIterator[CausalNode]:
+        """The nodes of ``graph`` after ``after``, then live ones, as
+        :meth:`AsyncStore.tail` yields them (ending with :class:`GraphErasedError` when
+        the graph's life is erased). Call :meth:`open` first."""
+        woken = asyncio.Event()
+        try:
+            async with self._pool.acquire() as conn:
+                g = await conn.fetchrow(q("graph_get"), graph)
+            if g is None:
+                raise UnknownGraphError(graph=graph)
+            graph_id, incarnation, last = int(g[0]), int(g[3]), after
+            self._waiting[woken] = graph_id
+            self._start()
+            while True:
+                woken.clear()
+                alive = True
+                async with self._pool.acquire() as conn:
+                    rows = await conn.fetch(
+                        q("tail_graph"), graph_id, last, _BATCH, TAIL_BATCH_BYTES, incarnation
+                    )
+                    if not rows:
+                        alive = bool(await conn.fetchval(q("graph_alive"), graph_id, incarnation))
+                for r in rows:
+                    last = int(r[0])
+                    yield node_from_row(*r)
+                if not alive:
+                    raise GraphErasedError(graph=graph)
+                if not rows:
+                    with suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), POLL_SECONDS)
+        finally:
+            self._waiting.pop(woken, None)
+            self._streams -= 1
+            self._stop()
