@@ -23,6 +23,7 @@ from ._migration_plan import (
     DEFAULT_LOCK_TIMEOUT,
     AppliedMigration,
     MigrationStatus,
+    Setup,
     _applied_rows,
     _default_schema,
     _failed,
@@ -34,6 +35,7 @@ from ._migration_plan import (
     plan,
     statements,
 )
+from ._roles_async import install_roles
 from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.asyncpg import (
     ERRORS,
@@ -51,6 +53,7 @@ __all__ = [
     "distribute",
     "distributed",
     "migrate_dsn",
+    "setup",
     "status",
 ]
 
@@ -206,13 +209,38 @@ async def status(conn: RawConnection, files: Sequence[Migration] | None = None) 
     return MigrationStatus(applied=applied, pending=plan(files, applied))
 
 
-async def migrate_dsn(dsn: str) -> list[int]:
-    """:func:`apply_migrations` on a connection of its own to ``dsn``, closed after.
-    Raises :class:`MigrationError`, or a cwstore error when the server cannot be
-    reached."""
+async def setup(conn: RawConnection, *, citus: bool = False, roles: bool = False) -> Setup:
+    """Bring a database's cwstore schema up to date: the one way every caller does it
+    (``cwstore init``, ``connect(migrate_schema=True)``, the tests).
+
+    Applies the pending migrations (:func:`apply_migrations`); distributes the schema on
+    Citus when ``citus`` is asked, and applies ``cwstore/sql/citus.sql`` again on a
+    database already distributed (a migration that redefines a function drops the
+    settings that file gives it, and adds tables it must distribute); with ``roles``,
+    creates the group roles and applies their grants (``cwstore/sql/roles.sql``).
+    Idempotent; on a current database that is neither asked nor distributed it reads
+    and writes nothing else. Raises like the functions it runs.
+    """
+    applied = await apply_migrations(conn)
+    spread = citus or await distributed(conn)
+    if spread:
+        await distribute(conn)
+    if roles:
+        await install_roles(conn)
+    return Setup(
+        applied=applied,
+        on_citus=spread,
+        citus_available=spread or await citus_installed(conn),
+        roles=roles,
+    )
+
+
+async def migrate_dsn(dsn: str) -> Setup:
+    """:func:`setup` on a connection of its own to ``dsn``, closed after. Raises
+    :class:`MigrationError`, or a cwstore error when the server cannot be reached."""
     conn = await open_raw(dsn)
     try:
-        return await apply_migrations(conn)
+        return await setup(conn)
     except ERRORS as exc:
         raise wrap(exc) from exc
     finally:

@@ -26,6 +26,7 @@ from ._migration_plan import (
     DEFAULT_LOCK_TIMEOUT,
     AppliedMigration,
     MigrationStatus,
+    Setup,
     _applied_rows,
     _default_schema,
     _failed,
@@ -37,6 +38,7 @@ from ._migration_plan import (
     plan,
     statements,
 )
+from ._roles_sync import install_roles_sync
 from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.psycopg import (
     ERRORS,
@@ -54,6 +56,7 @@ __all__ = [
     "distribute_sync",
     "distributed_sync",
     "migrate_dsn_sync",
+    "setup_sync",
     "status_sync",
 ]
 
@@ -209,13 +212,38 @@ def status_sync(conn: RawConnection, files: Sequence[Migration] | None = None) -
     return MigrationStatus(applied=applied, pending=plan(files, applied))
 
 
-def migrate_dsn_sync(dsn: str) -> list[int]:
-    """:func:`apply_migrations_sync` on a connection of its own to ``dsn``, closed after.
-    Raises :class:`MigrationError`, or a cwstore error when the server cannot be
-    reached."""
+def setup_sync(conn: RawConnection, *, citus: bool = False, roles: bool = False) -> Setup:
+    """Bring a database's cwstore schema up to date: the one way every caller does it
+    (``cwstore init``, ``connect(migrate_schema=True)``, the tests).
+
+    Applies the pending migrations (:func:`apply_migrations_sync`); distributes the schema on
+    Citus when ``citus`` is asked, and applies ``cwstore/sql/citus.sql`` again on a
+    database already distributed (a migration that redefines a function drops the
+    settings that file gives it, and adds tables it must distribute); with ``roles``,
+    creates the group roles and applies their grants (``cwstore/sql/roles.sql``).
+    Idempotent; on a current database that is neither asked nor distributed it reads
+    and writes nothing else. Raises like the functions it runs.
+    """
+    applied = apply_migrations_sync(conn)
+    spread = citus or distributed_sync(conn)
+    if spread:
+        distribute_sync(conn)
+    if roles:
+        install_roles_sync(conn)
+    return Setup(
+        applied=applied,
+        on_citus=spread,
+        citus_available=spread or citus_installed_sync(conn),
+        roles=roles,
+    )
+
+
+def migrate_dsn_sync(dsn: str) -> Setup:
+    """:func:`setup_sync` on a connection of its own to ``dsn``, closed after. Raises
+    :class:`MigrationError`, or a cwstore error when the server cannot be reached."""
     conn = open_raw(dsn)
     try:
-        return apply_migrations_sync(conn)
+        return setup_sync(conn)
     except ERRORS as exc:
         raise wrap(exc) from exc
     finally:

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "AppliedMigration",
     "MigrationStatus",
+    "Setup",
     "plan",
     "statements",
 ]
@@ -95,6 +96,20 @@ class MigrationStatus:
     def current_version(self) -> int:
         """The highest recorded version, 0 for a database never migrated."""
         return max((a.version for a in self.applied), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What :func:`cwstore.migrate.setup` did: the versions it applied (none on a current
+    database), whether the schema is distributed on Citus (``on_citus``: ``citus.sql``
+    applied),
+    whether the database has the citus extension at all, and whether the roles were
+    installed."""
+
+    applied: list[int]
+    on_citus: bool
+    citus_available: bool
+    roles: bool
 
 
 def plan(files: Sequence[Migration], applied: Sequence[AppliedMigration]) -> list[Migration]:

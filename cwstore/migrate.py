@@ -49,6 +49,7 @@ from ._migrate_async import (
     distribute,
     distributed,
     migrate_dsn,
+    setup,
     status,
 )
 from ._migrate_sync import (
@@ -57,14 +58,16 @@ from ._migrate_sync import (
     distribute_sync,
     distributed_sync,
     migrate_dsn_sync,
+    setup_sync,
     status_sync,
 )
-from ._migration_plan import DEFAULT_LOCK_TIMEOUT, AppliedMigration, MigrationStatus, plan
+from ._migration_plan import DEFAULT_LOCK_TIMEOUT, AppliedMigration, MigrationStatus, Setup, plan
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "AppliedMigration",
     "MigrationStatus",
+    "Setup",
     "apply_migrations",
     "apply_migrations_sync",
     "citus_installed",
@@ -76,6 +79,8 @@ __all__ = [
     "migrate_dsn",
     "migrate_dsn_sync",
     "plan",
+    "setup",
+    "setup_sync",
     "status",
     "status_sync",
 ]

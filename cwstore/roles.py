@@ -1,9 +1,10 @@
 """Roles and tenants: who may read and write which graphs.
 
-Two group roles, made by :func:`install_roles_sync` (``cwstore init --roles``) from
+Three group roles, made by :func:`install_roles_sync` (``cwstore init --roles``) from
 ``cwstore/sql/roles.sql``: ``cwstore_reader`` reads (tables and views under row-level security,
-the read functions) and ``cwstore_writer`` also writes, through the SECURITY DEFINER
-write functions only. A graph belongs to a tenant (``graphs.tenant``); a role sees and
+the read functions), ``cwstore_writer`` also writes, through the SECURITY DEFINER
+write functions only, and ``cwstore_admin`` also erases (docs/erasure.md). A graph
+belongs to a tenant (``graphs.tenant``); a role sees and
 writes the graphs of the tenants it belongs to, listed in ``cwstore.tenant_members`` for
 it or a role it is a member of (:func:`add_tenant_member_sync`). Superusers, BYPASSRLS
 roles and members of the schema's owner see everything. The rules themselves live in
@@ -18,6 +19,7 @@ from ._roles_async import add_tenant_member, install_roles
 from ._roles_sync import add_tenant_member_sync, install_roles_sync
 
 __all__ = [
+    "ADMIN",
     "READER",
     "WRITER",
     "add_tenant_member",
@@ -30,3 +32,5 @@ READER: Final = "cwstore_reader"
 """The group role that reads: grant it to login roles that only read."""
 WRITER: Final = "cwstore_writer"
 """The group role that writes through the write functions (and reads)."""
+ADMIN: Final = "cwstore_admin"
+"""The group role that may also erase the graphs of its tenants (docs/erasure.md)."""

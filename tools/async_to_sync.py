@@ -60,6 +60,7 @@ TEXT = [
     ('"distribute"', '"distribute_sync"'),
     ('"citus_installed"', '"citus_installed_sync"'),
     ('"distributed"', '"distributed_sync"'),
+    ('"setup"', '"setup_sync"'),
     ('"add_tenant_member"', '"add_tenant_member_sync"'),
     ('"install_roles"', '"install_roles_sync"'),
     ("generates :mod:`cwstore._roles_sync` (psycopg) from this", "generated this module from"),
@@ -70,6 +71,7 @@ TEXT = [
     ("AsyncStore", "Store"),
     (":func:`connect`", ":func:`connect_sync`"),
     (":func:`apply_migrations`", ":func:`apply_migrations_sync`"),
+    (":func:`setup`", ":func:`setup_sync`"),
     ("the asyncio client", "the synchronous client"),
     ("The async client", "The sync client"),
     (
@@ -99,6 +101,9 @@ PAIRS = [
             "distribute": "distribute_sync",
             "citus_installed": "citus_installed_sync",
             "distributed": "distributed_sync",
+            "setup": "setup_sync",
+            "_roles_async": "_roles_sync",
+            "install_roles": "install_roles_sync",
         },
     ),
     (

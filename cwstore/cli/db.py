@@ -47,30 +47,27 @@ def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) ->
                 )
             )
             return 0
-        applied = migrate.apply_migrations_sync(conn)
+        done = migrate.setup_sync(conn, citus=args.citus, roles=args.roles)
         print(
-            f"schema up to date (applied {len(applied)} "
-            f"migration{'s' if len(applied) != 1 else ''})",
+            f"schema up to date (applied {len(done.applied)} "
+            f"migration{'s' if len(done.applied) != 1 else ''})",
             file=sys.stderr,
         )
-        if args.citus:
-            migrate.distribute_sync(conn)
-            print("tables distributed by graph on Citus", file=sys.stderr)
-        elif migrate.distributed_sync(conn):
-            migrate.distribute_sync(conn)
+        if done.on_citus:
             print(
-                "distributed on Citus: its settings (cwstore/sql/citus.sql) re-applied",
+                "tables distributed by graph on Citus"
+                if args.citus
+                else "distributed on Citus: its settings (cwstore/sql/citus.sql) re-applied",
                 file=sys.stderr,
             )
-        elif migrate.citus_installed_sync(conn):
+        elif done.citus_available:
             print(
                 "note: this database has the citus extension; `cwstore init --citus` "
                 "distributes the tables by graph",
                 file=sys.stderr,
             )
-        if args.roles:
-            roles.install_roles_sync(conn)
-            print(f"roles {roles.READER} and {roles.WRITER} ready", file=sys.stderr)
+        if done.roles:
+            print(f"roles {roles.READER}, {roles.WRITER} and {roles.ADMIN} ready", file=sys.stderr)
         for tenant, role in members:
             roles.add_tenant_member_sync(conn, tenant, role)
             print(f"role {role} belongs to tenant {tenant!r}", file=sys.stderr)
@@ -208,8 +205,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--roles",
         action="store_true",
-        help="also create the roles cwstore_reader and cwstore_writer and grant them "
-        "(needs CREATEROLE)",
+        help="also create the roles cwstore_reader, cwstore_writer and cwstore_admin and "
+        "grant them (needs CREATEROLE)",
     )
     p.add_argument(
         "--citus",
