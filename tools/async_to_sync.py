@@ -63,6 +63,13 @@ TEXT = [
     ('"setup"', '"setup_sync"'),
     ('"add_tenant_member"', '"add_tenant_member_sync"'),
     ('"install_roles"', '"install_roles_sync"'),
+    ('"AsyncCwstoreSaver"', '"CwstoreSaver"'),
+    (
+        "generates\n:mod:`cwstore.langgraph._saver_sync` (:class:`CwstoreSaver`) from it.",
+        "generated this module from it.",
+    ),
+    ("checkpointer interface (langgraph-checkpoint 4.x) on an", "checkpointer interface on a"),
+    ("(async).", "(sync)."),
     ("generates :mod:`cwstore._roles_sync` (psycopg) from this", "generated this module from"),
     (
         "module; :mod:`cwstore.roles` exports both and says what the roles are.",
@@ -110,6 +117,22 @@ PAIRS = [
         ROOT / "cwstore" / "_roles_async.py",
         ROOT / "cwstore" / "_roles_sync.py",
         {"install_roles": "install_roles_sync", "add_tenant_member": "add_tenant_member_sync"},
+    ),
+    (
+        ROOT / "cwstore" / "langgraph" / "_saver_async.py",
+        ROOT / "cwstore" / "langgraph" / "_saver_sync.py",
+        {
+            "AsyncCwstoreSaver": "CwstoreSaver",
+            "aget_tuple": "get_tuple",
+            "alist": "list",
+            "aput": "put",
+            "aput_writes": "put_writes",
+            "adelete_thread": "delete_thread",
+            "adelete_for_runs": "delete_for_runs",
+            "acopy_thread": "copy_thread",
+            "aprune": "prune",
+            "store_async": "store",
+        },
     ),
 ]
 """(source, generated file, extra renames for that module)."""

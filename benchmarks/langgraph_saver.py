@@ -1,0 +1,181 @@
+"""The same LangGraph session through LangGraph's PostgreSQL saver and cwstore's.
+
+A chat of ``--steps`` steps (default 1,000): each step stores the new message as a
+pending write of the previous checkpoint, then a checkpoint whose ``messages`` channel
+holds the whole list so far (as ``add_messages`` hands it over) and a ``step`` counter.
+Then ``--reads`` reads of past checkpoints picked at random. Each saver gets its own new
+database on the server of ``--dsn`` (an admin DSN), dropped afterwards.
+
+Reported, side by side: bytes the thread takes (its tables' total relation size,
+indexes and TOAST included, after minus before), put p50 and p95, past-checkpoint read
+p50 and p95, and the ratios. The targets of issue 25: bytes <= 1/10, put p50 <= 1/2,
+read p50 <= 1/2 of LangGraph's saver.
+
+    python benchmarks/langgraph_saver.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.postgres import PostgresSaver
+
+import cwstore
+from cwstore.langgraph import CwstoreSaver
+
+_TEXT = "The quick brown fox jumps over the lazy dog while the agent thinks. " * 3
+
+
+def _dsn_for(admin: str, db: str) -> str:
+    return psycopg.conninfo.make_conninfo(admin, dbname=db)
+
+
+def _size(dsn: str, tables: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE c.relkind IN ('r', 'p') AND {tables}"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _session(
+    saver: BaseCheckpointSaver[Any], steps: int, reads: int, seed: int
+) -> tuple[list[float], list[float]]:
+    """Run the session; the put and read latencies in seconds."""
+    thread = "bench-" + uuid.uuid4().hex[:8]
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    checkpoint = empty_checkpoint()
+    messages: list[BaseMessage] = []
+    versions: dict[str, Any] = {}
+    puts: list[float] = []
+    stored: list[Any] = []
+    for step in range(steps):
+        cls = HumanMessage if step % 2 == 0 else AIMessage
+        message = cls(content=f"{step}: {_TEXT}", id=f"m-{step}")
+        if stored:
+            saver.put_writes(config, [("messages", [message])], f"task-{step}")
+        messages = [*messages, message]
+        new = {
+            "messages": saver.get_next_version(versions.get("messages"), None),
+            "step": saver.get_next_version(versions.get("step"), None),
+        }
+        versions.update(new)
+        checkpoint = {
+            **checkpoint,
+            "id": _uuid6(),
+            "channel_values": {"messages": messages, "step": step},
+            "channel_versions": dict(versions),
+            "versions_seen": {"agent": dict(versions)},
+        }
+        metadata: Any = {"source": "loop", "step": step, "parents": {}}
+        t0 = time.perf_counter()
+        config = saver.put(config, checkpoint, metadata, new)
+        puts.append(time.perf_counter() - t0)
+        stored.append(config)
+    rng = random.Random(seed)
+    read_times: list[float] = []
+    for _ in range(reads):
+        target = rng.choice(stored[: max(1, len(stored) - 1)])
+        t0 = time.perf_counter()
+        tup = saver.get_tuple(target)
+        read_times.append(time.perf_counter() - t0)
+        assert tup is not None
+    return puts, read_times
+
+
+def _uuid6() -> str:
+    from langgraph.checkpoint.base.id import uuid6
+
+    return str(uuid6(clock_seq=-1))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100)[int(q) - 1] * 1000 if len(xs) > 1 else xs[0] * 1000
+
+
+def _run(
+    admin: str, name: str, make: Callable[[str], Any], tables: str, args: argparse.Namespace
+) -> dict[str, float]:
+    db = f"lgbench_{name}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    dsn = _dsn_for(admin, db)
+    try:
+        with make(dsn) as saver:
+            before = _size(dsn, tables)
+            puts, reads = _session(saver, args.steps, args.reads, args.seed)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+            after = _size(dsn, tables)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    return {
+        "bytes": after - before,
+        "put_p50_ms": _pct(puts, 50),
+        "put_p95_ms": _pct(puts, 95),
+        "read_p50_ms": _pct(reads, 50),
+        "read_p95_ms": _pct(reads, 95),
+    }
+
+
+class _PG:
+    def __init__(self, dsn: str) -> None:
+        self._cm = PostgresSaver.from_conn_string(dsn)
+
+    def __enter__(self) -> PostgresSaver:
+        saver = self._cm.__enter__()
+        saver.setup()
+        return saver
+
+    def __exit__(self, *exc: object) -> None:
+        self._cm.__exit__(None, None, None)
+
+
+class _CW:
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+
+    def __enter__(self) -> CwstoreSaver:
+        self._store = cwstore.connect_sync(self._dsn, migrate_schema=True)
+        return CwstoreSaver(self._store)
+
+    def __exit__(self, *exc: object) -> None:
+        self._store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--reads", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=25)
+    args = parser.parse_args()
+    pg = _run(args.dsn, "pg", _PG, "n.nspname = 'public'", args)
+    cw = _run(args.dsn, "cw", _CW, "n.nspname = 'cwstore'", args)
+    ratios = {k: cw[k] / pg[k] for k in ("bytes", "put_p50_ms", "read_p50_ms")}
+    targets = {"bytes": 0.1, "put_p50_ms": 0.5, "read_p50_ms": 0.5}
+    report = {
+        "steps": args.steps,
+        "langgraph_postgres": pg,
+        "cwstore": cw,
+        "ratio_cwstore_over_langgraph": ratios,
+        "met": {k: ratios[k] <= targets[k] for k in targets},
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,467 @@
+"""How a LangGraph thread becomes a cwstore graph: pure planning, no I/O.
+
+One LangGraph thread and checkpoint namespace is one cwstore graph (:func:`graph_name`).
+A :meth:`put` becomes one append batch:
+
+- a message of a messages channel (a list of LangChain messages, as ``add_messages``
+  keeps it) is one node, written once: ``goal`` for a human message, ``tool_call`` for a
+  model message that calls tools, ``answer`` for another model message, ``tool_result``
+  for a tool message, ``system`` for a system message, ``inference`` for any other. Each
+  message node's parent is the message before it, and the messages of one channel form
+  the chain of the key ``lg:msg:<channel>``; a checkpoint names its list as segments of
+  such chains (key, first version, last version), so a step that adds one message
+  writes one node and never hands the whole list over again;
+- every other channel whose version changed is one ``resource`` node of the key
+  ``lg:ch:<channel>``, its value as plain JSON when JSON holds it exactly, else as the
+  serializer's typed bytes in base64; a channel whose version did not change is not
+  written again: the checkpoint points at the node it already has;
+- the checkpoint itself is one small ``verification`` node of the key
+  ``lg:cp:<checkpoint_id>`` whose payload holds the checkpoint's fields (ids, versions,
+  metadata) and points at the nodes holding its values; its parents are the parent
+  checkpoint's node and the nodes the step wrote.
+
+Branches (a fork from an old checkpoint, ``update_state`` on one, a replay): a key's
+chain only ever links a version to the version it replaced in the checkpoint it was
+derived from. When that version is no longer its key's head (another branch has moved
+the key on), the new version starts a new chain ``<key>@<checkpoint_id>`` (the
+checkpoint that forked), with the replaced version as its parent: the true causal edge,
+and none to the other branch's versions.
+
+Pending writes (:meth:`put_writes`) are one ``resource`` node per call, in the chain
+``lg:w:<checkpoint_id>``, with the checkpoint's node as a parent once it is stored. A
+write may arrive before its checkpoint (LangGraph's background saves, even from another
+process): it is found by its key either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+__all__ = [
+    "CP_KIND",
+    "CheckpointState",
+    "Ref",
+    "Segment",
+    "checkpoint_key",
+    "decode_value",
+    "encode_value",
+    "graph_name",
+    "message_kind",
+    "thread_prefix",
+    "writes_key",
+]
+
+CP_KIND = "verification"
+"""The kind of a checkpoint's node: no other node of a LangGraph graph has it, so the
+graph's checkpoints are listed from the per-kind index."""
+
+_MAX_SAFE = 2**53 - 1
+
+
+def _escape(thread_id: str) -> str:
+    return thread_id.replace("%", "%25").replace(":", "%3A")
+
+
+def graph_name(thread_id: str, checkpoint_ns: str) -> str:
+    """The cwstore graph of a thread's namespace: ``langgraph:<thread>`` for the root
+    namespace, ``langgraph:<thread>:<namespace>`` for a subgraph's (``%`` and ``:`` in
+    the thread id are escaped, so the name is unambiguous)."""
+    base = "langgraph:" + _escape(thread_id)
+    return base if not checkpoint_ns else f"{base}:{checkpoint_ns}"
+
+
+def thread_prefix(thread_id: str) -> str:
+    """The root graph's name; a subgraph's name starts with it and a ``:``."""
+    return graph_name(thread_id, "")
+
+
+def checkpoint_key(checkpoint_id: str) -> str:
+    return "lg:cp:" + checkpoint_id
+
+
+def writes_key(checkpoint_id: str) -> str:
+    return "lg:w:" + checkpoint_id
+
+
+def is_plain_json(value: Any, depth: int = 0) -> bool:
+    """Whether JSON holds ``value`` exactly, so it comes back equal and of the same
+    types (no tuples, no integral floats, which JSON would read back as ints; no
+    integers JavaScript cannot hold, no NaN, no lone surrogates)."""
+    if depth > 100:
+        return False
+    if value is None or isinstance(value, bool | str):
+        return not isinstance(value, str) or _no_surrogates(value)
+    if isinstance(value, int):
+        return -_MAX_SAFE <= value <= _MAX_SAFE
+    if isinstance(value, float):
+        return math.isfinite(value) and not value.is_integer()
+    if type(value) is list:
+        return all(is_plain_json(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(
+            isinstance(k, str) and _no_surrogates(k) and is_plain_json(v, depth + 1)
+            for k, v in value.items()
+        )
+    return False
+
+
+def _no_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def encode_value(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
+    """A value as payload members: ``{"json": v}`` when JSON holds it exactly, else
+    ``{"serde": type, "b64": data}`` (the serializer's typed bytes)."""
+    if is_plain_json(value):
+        return {"json": value}
+    kind, data = serde.dumps_typed(value)
+    return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}
+
+
+def decode_value(serde: SerializerProtocol, payload: Mapping[str, Any]) -> Any:
+    """The value :func:`encode_value` encoded."""
+    if "json" in payload:
+        return payload["json"]
+    return serde.loads_typed((payload["serde"], base64.b64decode(payload["b64"])))
+
+
+def message_kind(message: BaseMessage) -> str:
+    """The cwstore kind of a LangChain message (see the module's docstring)."""
+    if isinstance(message, HumanMessage):
+        return "goal"
+    if isinstance(message, AIMessage):
+        return "tool_call" if message.tool_calls else "answer"
+    if isinstance(message, ToolMessage):
+        return "tool_result"
+    if isinstance(message, SystemMessage):
+        return "system"
+    return "inference"
+
+
+def is_message_list(value: Any) -> bool:
+    return type(value) is list and bool(value) and all(isinstance(m, BaseMessage) for m in value)
+
+
+def message_payload(
+    serde: SerializerProtocol, channel: str, message: BaseMessage
+) -> dict[str, Any]:
+    """A message's node payload: LangChain's own dict of it (readable JSON) when that
+    round-trips exactly, else the serializer's bytes."""
+    as_dict = message_to_dict(message)
+    if is_plain_json(as_dict):
+        try:
+            back = messages_from_dict([as_dict])[0]
+        except Exception:  # a message class LangChain cannot rebuild from its dict
+            back = None
+        if back == message and type(back) is type(message):
+            return {"channel": channel, "message": as_dict}
+    return {"channel": channel, **encode_value(serde, message)}
+
+
+def message_from_payload(serde: SerializerProtocol, payload: Mapping[str, Any]) -> Any:
+    if "message" in payload:
+        return messages_from_dict([payload["message"]])[0]
+    return decode_value(serde, payload)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A channel value held by one node: its id, its key and its version in the key's
+    chain."""
+
+    node_id: str
+    key: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Versions ``first..last`` of a message chain ``key``."""
+
+    key: str
+    first: int
+    last: int
+
+    def as_json(self) -> list[Any]:
+        return [self.key, self.first, self.last]
+
+
+@dataclass
+class MessageList:
+    """A messages channel's value in one checkpoint: the messages, their nodes (with
+    key and version), and the segments that name them."""
+
+    messages: list[Any]
+    refs: list[Ref]
+
+    def segments(self) -> list[Segment]:
+        out: list[Segment] = []
+        for ref in self.refs:
+            last = out[-1] if out else None
+            if last is not None and last.key == ref.key and last.last + 1 == ref.version:
+                out[-1] = Segment(last.key, last.first, ref.version)
+            else:
+                out.append(Segment(ref.key, ref.version, ref.version))
+        return out
+
+
+@dataclass
+class CheckpointState:
+    """What a put needs to know of the parent checkpoint: its node, and the node
+    holding each of its channel values."""
+
+    node_id: str | None
+    values: dict[str, Ref] = field(default_factory=dict)
+    messages: dict[str, MessageList] = field(default_factory=dict)
+
+
+def same_message(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
+    n = min(len(old), len(new))
+    for i in range(n):
+        if not same_message(old[i], new[i]):
+            return i
+    return n
+
+
+def is_special_write(idx: int) -> bool:
+    return idx < 0
+
+
+def write_index(channel: str, position: int) -> int:
+    return WRITES_IDX_MAP.get(channel, position)
+
+
+def fold_writes(batches: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, int, Any]]:
+    """The pending writes of a checkpoint from its write nodes' payloads, oldest first:
+    ``(task_path, task_id, channel, idx, encoded value)`` in LangGraph's order (task
+    path, task id, index). A write given again keeps its first value, except the
+    special channels (errors, interrupts, ...), whose last value wins, as in LangGraph's
+    PostgreSQL saver."""
+    found: dict[tuple[str, int], tuple[str, str, str, int, Any]] = {}
+    for batch in batches:
+        task, path = batch["task"], batch.get("path", "")
+        for idx, channel, value in batch["writes"]:
+            k = (task, idx)
+            if k not in found or is_special_write(idx):
+                found[k] = (path, task, channel, idx, value)
+    return sorted(found.values(), key=lambda w: (w[0], w[1], w[3]))
+
+
+def dumps(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+Heads = Mapping[str, tuple[str, int] | None]
+"""A key's head (node id, version), ``None`` when the key has no version yet."""
+
+
+def _base_key(prefix: str, channel: str) -> str:
+    return f"{prefix}{channel}"
+
+
+def _root_key(key: str) -> str:
+    return key.split("@", 1)[0]
+
+
+@dataclass
+class PutPlan:
+    """The append batch of one put, and the state the checkpoint holds after it.
+
+    Built in two steps: :meth:`keys` names the keys whose heads the plan needs (the
+    caller reads those it does not know), then :meth:`build` makes the nodes.
+    """
+
+    serde: SerializerProtocol
+    checkpoint: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+    new_versions: Mapping[str, Any]
+    parent_id: str | None
+    parent: CheckpointState
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    state: CheckpointState = field(default_factory=lambda: CheckpointState(None))
+    written: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    @property
+    def checkpoint_id(self) -> str:
+        return str(self.checkpoint["id"])
+
+    def _channels(self) -> list[tuple[str, Any, bool]]:
+        """(channel, value, changed) for every channel the checkpoint holds."""
+        values = self.checkpoint["channel_values"]
+        versions = self.checkpoint.get("channel_versions", {})
+        names = [c for c in values if c in versions or c in self.new_versions]
+        return [(c, values[c], c in self.new_versions) for c in names]
+
+    def keys(self) -> set[str]:
+        """The keys the plan may extend: their heads decide between extending a chain
+        and starting a branch."""
+        out = {checkpoint_key(self.checkpoint_id)}
+        for channel, value, changed in self._channels():
+            if is_message_list(value):
+                old = self.parent.messages.get(channel)
+                out.add(old.refs[-1].key if old and old.refs else _base_key("lg:msg:", channel))
+            elif changed or channel not in self.parent.values:
+                ref = self.parent.values.get(channel)
+                out.add(ref.key if ref else _base_key("lg:ch:", channel))
+        return out
+
+    def _next(self, heads: Heads, prev: Ref | None, base: str) -> tuple[str, int, list[str]]:
+        """The key, version and parents of a new version that replaces ``prev`` (the
+        version in the parent checkpoint; ``None`` for a first value)."""
+        if prev is not None:
+            if heads.get(prev.key) == (prev.node_id, prev.version):
+                return prev.key, prev.version + 1, [prev.node_id]
+            return f"{_root_key(prev.key)}@{self.checkpoint_id}", 1, [prev.node_id]
+        if heads.get(base) is None:
+            return base, 1, []
+        return f"{base}@{self.checkpoint_id}", 1, []
+
+    def _node(self, kind: str, parents: list[str], payload: Any, key: str, version: int) -> str:
+        from cwstore.identity import compute_id
+
+        parents = sorted(set(parents))
+        node_id = compute_id(kind, parents, payload, key)
+        self.nodes.append(
+            {
+                "id": node_id,
+                "kind": kind,
+                "parents": parents,
+                "payload": payload,
+                "resourceKey": key,
+            }
+        )
+        self.written[key] = (node_id, version)
+        return node_id
+
+    def build(self, heads: Heads) -> None:
+        """Make the batch: new values, new messages, then the checkpoint node."""
+        tips: list[str] = []
+        for channel, value, changed in self._channels():
+            if is_message_list(value):
+                self._messages(heads, channel, value, tips)
+            elif not changed and channel in self.parent.values:
+                self.state.values[channel] = self.parent.values[channel]
+            else:
+                key, version, parents = self._next(
+                    heads, self.parent.values.get(channel), _base_key("lg:ch:", channel)
+                )
+                payload = {
+                    "channel": channel,
+                    "version": self.checkpoint.get("channel_versions", {}).get(channel),
+                    **encode_value(self.serde, value),
+                }
+                node_id = self._node("resource", parents, payload, key, version)
+                self.state.values[channel] = Ref(node_id, key, version)
+                tips.append(node_id)
+        self._checkpoint_node(heads, tips)
+
+    def _messages(self, heads: Heads, channel: str, value: list[Any], tips: list[str]) -> None:
+        old = self.parent.messages.get(channel) or MessageList([], [])
+        keep = common_prefix(old.messages, value)
+        refs = list(old.refs[:keep])
+        if keep < len(value):
+            prev = refs[-1] if refs else None
+            key, version, parents = self._next(heads, prev, _base_key("lg:msg:", channel))
+            for message in value[keep:]:
+                payload = message_payload(self.serde, channel, message)
+                node_id = self._node(message_kind(message), parents, payload, key, version)
+                refs.append(Ref(node_id, key, version))
+                parents, version = [node_id], version + 1
+            tips.append(refs[-1].node_id)
+        self.state.messages[channel] = MessageList(list(value), refs)
+
+    def _checkpoint_node(self, heads: Heads, tips: list[str]) -> None:
+        key = checkpoint_key(self.checkpoint_id)
+        parents = list(tips)
+        if self.parent.node_id is not None:
+            parents.append(self.parent.node_id)
+        head = heads.get(key)
+        if head is not None:  # the same checkpoint put again: a new version of it
+            parents.append(head[0])
+        rest = {k: v for k, v in self.checkpoint.items() if k not in ("id", "ts", "channel_values")}
+        payload = {
+            "checkpoint_id": self.checkpoint_id,
+            "parent_checkpoint_id": self.parent_id,
+            "ts": self.checkpoint.get("ts"),
+            "metadata": encode_value(self.serde, dict(self.metadata)),
+            "checkpoint": encode_value(self.serde, rest),
+            "values": {c: r.node_id for c, r in self.state.values.items()},
+            "messages": {
+                c: [s.as_json() for s in m.segments()] for c, m in self.state.messages.items()
+            },
+        }
+        version = head[1] + 1 if head else 1
+        self.state.node_id = self._node(CP_KIND, parents, payload, key, version)
+
+
+PartRow = tuple[int, str | None, str | None, int, int, str, str]
+"""A row of the ``parts`` query: part, channel, key, order, version, node id, payload
+text."""
+
+
+@dataclass
+class Loaded:
+    """A stored checkpoint read back: the payload of its node, its values, the state a
+    put from it starts with, and its write batches as stored."""
+
+    payload: dict[str, Any]
+    channel_values: dict[str, Any]
+    state: CheckpointState
+    write_batches: list[dict[str, Any]]
+
+
+def load_checkpoint(
+    serde: SerializerProtocol, node_id: str, payload_text: str, rows: Sequence[Sequence[Any]]
+) -> Loaded:
+    """Decode a checkpoint node and the rows of its ``parts`` query."""
+    payload = json.loads(payload_text)
+    state = CheckpointState(node_id)
+    values: dict[str, Any] = {}
+    by_id: dict[str, dict[str, Any]] = {}
+    refs: dict[str, Ref] = {}
+    messages: dict[str, MessageList] = {}
+    batches: list[dict[str, Any]] = []
+    for part, channel, key, _ord, version, nid, text in rows:
+        if part == 0:
+            by_id[nid] = json.loads(text)
+            refs[nid] = Ref(nid, str(key), int(version))
+        elif part == 1:
+            assert channel is not None and key is not None
+            lst = messages.setdefault(channel, MessageList([], []))
+            lst.messages.append(message_from_payload(serde, json.loads(text)))
+            lst.refs.append(Ref(nid, key, int(version)))
+        else:
+            batches.append(json.loads(text))
+    for channel, nid in payload["values"].items():
+        node = by_id[nid]
+        values[channel] = decode_value(serde, node)
+        state.values[channel] = refs[nid]
+    for channel, lst in messages.items():
+        values[channel] = list(lst.messages)
+        state.messages[channel] = lst
+    return Loaded(payload, values, state, batches)

@@ -1,0 +1,56 @@
+"""What a saver remembers of the graphs it wrote, so a put in a running thread reads
+nothing back: the states of the last checkpoints it stored and the heads of the keys it
+knows. Only a hint: a put that finds it stale (another process moved a key on) gets a
+chain conflict from the database, forgets the graph and plans again from what is
+stored."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ._mapping import CheckpointState
+
+__all__ = ["GraphMemo", "Memo"]
+
+_STATES = 8
+_GRAPHS = 512
+
+
+@dataclass
+class GraphMemo:
+    """One graph: checkpoint id -> state (the latest few), key -> head (``None``: the
+    key has no version)."""
+
+    states: OrderedDict[str, CheckpointState] = field(default_factory=OrderedDict)
+    heads: dict[str, tuple[str, int] | None] = field(default_factory=dict)
+
+    def wrote(
+        self, checkpoint_id: str, state: CheckpointState, heads: Mapping[str, tuple[str, int]]
+    ) -> None:
+        self.heads.update(heads)
+        self.states[checkpoint_id] = state
+        self.states.move_to_end(checkpoint_id)
+        while len(self.states) > _STATES:
+            self.states.popitem(last=False)
+
+
+class Memo:
+    """The graphs a saver remembers, the most recently used kept."""
+
+    def __init__(self) -> None:
+        self._graphs: OrderedDict[str, GraphMemo] = OrderedDict()
+
+    def graph(self, name: str) -> GraphMemo:
+        memo = self._graphs.get(name)
+        if memo is None:
+            memo = self._graphs[name] = GraphMemo()
+            while len(self._graphs) > _GRAPHS:
+                self._graphs.popitem(last=False)
+        else:
+            self._graphs.move_to_end(name)
+        return memo
+
+    def forget(self, name: str) -> None:
+        self._graphs.pop(name, None)

@@ -1,0 +1,406 @@
+"""The LangGraph checkpointer interface (langgraph-checkpoint 4.x) on an
+:class:`~cwstore.AsyncStore`.
+
+The mapping (which nodes a put writes, how branches are kept apart) is pure and lives
+in :mod:`cwstore.langgraph._mapping`; this module only reads and appends. Writes go
+through the store's public :meth:`~cwstore.AsyncStore.append` and
+:meth:`~cwstore.AsyncStore.erase`; reads are the named queries of
+``cwstore/langgraph/queries.sql`` over cwstore's documented tables.
+
+This module is written once: ``tools/async_to_sync.py`` generates
+:mod:`cwstore.langgraph._saver_sync` (:class:`CwstoreSaver`) from it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from importlib import resources
+from typing import Any, LiteralString, Self
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .. import _sql, migrate
+from ..drivers._protocol import AsyncConnection
+from ..errors import ChainConflictError, UnknownGraphError
+from ..store_async import AsyncStore, connect
+from ._mapping import (
+    CP_KIND,
+    CheckpointState,
+    Loaded,
+    PutPlan,
+    checkpoint_key,
+    decode_value,
+    encode_value,
+    fold_writes,
+    graph_name,
+    load_checkpoint,
+    thread_prefix,
+    write_index,
+    writes_key,
+)
+from ._memo import Memo
+
+__all__ = ["AsyncCwstoreSaver"]
+
+_Q = _sql.queries(resources.files("cwstore.langgraph"))
+_RETRIES = 8
+
+# The sync saver's method ``list`` hides the builtin inside the class body, so the
+# class's annotations use these names.
+_Names = list[str]
+_LoadedList = list[Loaded]
+
+
+def _q(name: str) -> LiteralString:
+    return _Q[name]
+
+
+def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), get_checkpoint_id(config)
+
+
+def _tuple(serde: SerializerProtocol, thread_id: str, ns: str, loaded: Loaded) -> CheckpointTuple:
+    p = loaded.payload
+    checkpoint: Any = decode_value(serde, p["checkpoint"])
+    checkpoint.update(id=p["checkpoint_id"], ts=p["ts"], channel_values=loaded.channel_values)
+    parent = p["parent_checkpoint_id"]
+    writes = [
+        (task, channel, decode_value(serde, value))
+        for _path, task, channel, _idx, value in fold_writes(loaded.write_batches)
+    ]
+    return CheckpointTuple(
+        config={
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": p["checkpoint_id"],
+            }
+        },
+        checkpoint=checkpoint,
+        metadata=decode_value(serde, p["metadata"]),
+        parent_config=None
+        if parent is None
+        else {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}
+        },
+        pending_writes=writes,
+    )
+
+
+class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer keeping each thread as a cwstore graph (async).
+
+    Parameters
+    ----------
+    store:
+        An open :class:`~cwstore.AsyncStore`; the saver does not close it (use
+        :meth:`from_dsn` for a saver that owns its store).
+    serde:
+        LangGraph's serializer for values JSON cannot hold exactly (default: its
+        ``JsonPlusSerializer``).
+
+    Errors are cwstore's (:class:`cwstore.Error`), e.g. :class:`cwstore.DatabaseError`
+    when the server cannot be reached.
+    """
+
+    def __init__(self, store: AsyncStore, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self._memo = Memo()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_dsn(cls, dsn: str, *, setup: bool = False) -> AsyncIterator[Self]:
+        """A saver on its own store, closed on leaving the block; ``setup=True`` brings
+        the schema up to date first (what ``cwstore init`` does)."""
+        store = await connect(dsn, migrate_schema=setup)
+        try:
+            yield cls(store)
+        finally:
+            await store.close()
+
+    async def setup(self) -> None:
+        """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
+        await migrate.migrate_dsn(self.store.dsn)
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def _load(
+        self, conn: AsyncConnection, graph: str, checkpoint_id: str | None
+    ) -> Loaded | None:
+        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
+        row = await conn.fetchrow(_q("checkpoint"), graph, key, CP_KIND)
+        if row is None:
+            return None
+        return await self._parts(conn, row)
+
+    async def _parts(self, conn: AsyncConnection, row: Sequence[Any]) -> Loaded:
+        graph_id, _seq, node_id, text = row
+        head = json.loads(text)
+        segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
+        rows = await conn.fetch(
+            _q("parts"),
+            graph_id,
+            sorted(head["values"].values()),
+            [c for c, _ in segments],
+            [s[0] for _, s in segments],
+            [s[1] for _, s in segments],
+            [s[2] for _, s in segments],
+            writes_key(head["checkpoint_id"]),
+        )
+        return load_checkpoint(self.serde, node_id, text, rows)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
+        thread_id, ns, checkpoint_id = _ids(config)
+        async with self.store._pool.connection() as conn:
+            loaded = await self._load(conn, graph_name(thread_id, ns), checkpoint_id)
+        return None if loaded is None else _tuple(self.serde, thread_id, ns, loaded)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """The checkpoints of a thread's namespace (of every thread when ``config`` is
+        ``None``), newest first, whose metadata holds ``filter``, before the checkpoint
+        ``before`` names, at most ``limit``."""
+        before_id = None if before is None else get_checkpoint_id(before)
+        wanted = None if not filter else json.dumps(filter)
+        async with self.store._pool.connection() as conn:
+            if config is None:
+                targets = [_split(str(r[0])) for r in await conn.fetch(_q("all_graphs"))]
+            else:
+                thread_id, ns, _ = _ids(config)
+                targets = [(thread_id, ns)]
+            for thread_id, ns in targets:
+                rows = await conn.fetch(
+                    _q("list"), graph_name(thread_id, ns), CP_KIND, before_id, wanted, limit
+                )
+                for row in rows:
+                    loaded = await self._parts(conn, row)
+                    yield _tuple(self.serde, thread_id, ns, loaded)
+                    if limit is not None:
+                        limit -= 1
+                if limit is not None and limit <= 0:
+                    return
+
+    # --- writing ------------------------------------------------------------------------
+
+    async def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+        found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
+        async with self.store._pool.connection() as conn:
+            for key, head_id, version in await conn.fetch(_q("heads"), graph, list(keys)):
+                found[key] = (head_id, int(version))
+        return found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (one append: its new values and messages, then its node);
+        returns the config that names it."""
+        thread_id, ns, parent_id = _ids(config)
+        graph = graph_name(thread_id, ns)
+        md = get_serializable_checkpoint_metadata(config, metadata)
+        for attempt in range(_RETRIES):
+            memo = self._memo.graph(graph)
+            parent = None if parent_id is None else memo.states.get(parent_id)
+            if parent_id is not None and parent is None:
+                async with self.store._pool.connection() as conn:
+                    loaded = await self._load(conn, graph, parent_id)
+                parent = loaded.state if loaded else CheckpointState(None)
+            plan = PutPlan(
+                self.serde, checkpoint, md, new_versions, parent_id, parent or CheckpointState(None)
+            )
+            keys = plan.keys()
+            unknown = [k for k in keys if k not in memo.heads]
+            if unknown and (attempt or not _only_new_checkpoint(unknown, plan)):
+                memo.heads.update(await self._heads(graph, unknown))
+            plan.build(memo.heads)
+            try:
+                await self.store.append(graph, plan.nodes, frontier=[plan.state.node_id or ""])
+            except (ChainConflictError, UnknownGraphError):
+                self._memo.forget(graph)
+                continue
+            memo.wrote(checkpoint["id"], plan.state, plan.written)
+            break
+        else:
+            raise ChainConflictError(graph=graph)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for the checkpoint ``config`` names; one node,
+        whether or not that checkpoint is stored yet."""
+        thread_id, ns, checkpoint_id = _ids(config)
+        assert checkpoint_id is not None, "put_writes needs a checkpoint_id"
+        graph = graph_name(thread_id, ns)
+        payload = {
+            "checkpoint_id": checkpoint_id,
+            "task": task_id,
+            "path": task_path,
+            "writes": [
+                [write_index(channel, i), channel, encode_value(self.serde, value)]
+                for i, (channel, value) in enumerate(writes)
+            ],
+        }
+        await self._append_writes(graph, checkpoint_id, payload)
+
+    async def _append_writes(self, graph: str, checkpoint_id: str, payload: Any) -> None:
+        from cwstore.identity import compute_id
+
+        key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
+        for _ in range(_RETRIES):
+            memo = self._memo.graph(graph)
+            unknown = [k for k in (key, cp) if k not in memo.heads]
+            if unknown:
+                memo.heads.update(await self._heads(graph, unknown))
+            head, cp_head = memo.heads.get(key), memo.heads.get(cp)
+            parents = sorted({h[0] for h in (head, cp_head) if h is not None})
+            node_id = compute_id("resource", parents, payload, key)
+            node = {
+                "id": node_id,
+                "kind": "resource",
+                "parents": parents,
+                "payload": payload,
+                "resourceKey": key,
+            }
+            try:
+                await self.store.append(graph, [node])
+            except (ChainConflictError, UnknownGraphError):
+                self._memo.forget(graph)
+                continue
+            memo.heads[key] = (node_id, head[1] + 1 if head else 1)
+            return
+        raise ChainConflictError(graph=graph, key=key)
+
+    # --- deleting, copying, pruning ----------------------------------------------------
+
+    async def _thread_graphs(self, thread_id: str) -> _Names:
+        async with self.store._pool.connection() as conn:
+            rows = await conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
+        return [str(r[0]) for r in rows]
+
+    async def _erase(self, graph: str, reason: str) -> None:
+        self._memo.forget(graph)
+        with suppress(UnknownGraphError):
+            await self.store.erase(graph, reason=reason)
+        self._memo.forget(graph)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Erase every graph of the thread (every namespace): cwstore's erasure, not
+        hidden rows (docs/erasure.md)."""
+        for graph in await self._thread_graphs(thread_id):
+            await self._erase(graph, "langgraph delete_thread")
+
+    async def _read_all(self, graph: str) -> _LoadedList:
+        """Every checkpoint of a graph, oldest first."""
+        async with self.store._pool.connection() as conn:
+            rows = await conn.fetch(_q("list"), graph, CP_KIND, None, None, None)
+            return [await self._parts(conn, row) for row in reversed(rows)]
+
+    async def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
+        """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents
+        and pending writes) in the thread's namespace ``ns``, oldest first."""
+        graph = graph_name(thread_id, ns)
+        for item in kept:
+            tup = _tuple(self.serde, thread_id, ns, item)
+            parent = item.payload["parent_checkpoint_id"]
+            conf: RunnableConfig = {
+                "configurable": {"thread_id": thread_id, "checkpoint_ns": ns}
+                | ({} if parent is None else {"checkpoint_id": parent})
+            }
+            versions = tup.checkpoint["channel_versions"]
+            await self.aput(conf, tup.checkpoint, tup.metadata, versions)
+            for batch in item.write_batches:
+                await self._append_writes(graph, tup.checkpoint["id"], batch)
+
+    async def _rewrite(self, graph: str, keep: Sequence[Loaded], reason: str) -> None:
+        thread_id, ns = _split(graph)
+        await self._erase(graph, reason)
+        await self._write_back(thread_id, ns, keep)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and pending write of a thread (every namespace) to
+        another thread, in the same order."""
+        for graph in await self._thread_graphs(source_thread_id):
+            _, ns = _split(graph)
+            await self._write_back(target_thread_id, ns, await self._read_all(graph))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's latest checkpoint (with its writes);
+        ``delete``: erase the threads. What goes is erased: the graph is erased and
+        what is kept is written to it again."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}")
+        for thread_id in thread_ids:
+            for graph in await self._thread_graphs(thread_id):
+                if strategy == "delete":
+                    await self._erase(graph, "langgraph prune")
+                    continue
+                loaded = await self._read_all(graph)
+                if len(loaded) > 1:
+                    await self._rewrite(graph, loaded[-1:], "langgraph prune")
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Erase the checkpoints (and their writes) whose metadata ``run_id`` is one of
+        ``run_ids``: each graph holding one is erased and its other checkpoints are
+        written to it again."""
+        if not run_ids:
+            return
+        runs = {str(r) for r in run_ids}
+        async with self.store._pool.connection() as conn:
+            graphs = [str(r[0]) for r in await conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
+        for graph in graphs:
+            loaded = await self._read_all(graph)
+            keep = [
+                item
+                for item in loaded
+                if decode_value(self.serde, item.payload["metadata"]).get("run_id") not in runs
+            ]
+            await self._rewrite(graph, keep, "langgraph delete_for_runs")
+
+
+def _only_new_checkpoint(unknown: Sequence[str], plan: PutPlan) -> bool:
+    """Whether the only unknown head is the new checkpoint's own key: a new checkpoint
+    id has none, so the first attempt need not ask (a wrong guess is a chain conflict,
+    and the retry asks)."""
+    return list(unknown) == [checkpoint_key(plan.checkpoint_id)]
+
+
+def _split(graph: str) -> tuple[str, str]:
+    """The thread id and namespace of a LangGraph graph's name."""
+    rest = graph.removeprefix("langgraph:")
+    thread, _, ns = rest.partition(":")
+    return thread.replace("%3A", ":").replace("%25", "%"), ns
