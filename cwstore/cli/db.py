@@ -21,24 +21,21 @@ __all__ = ["register"]
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    import psycopg
-
-    from ..drivers.psycopg import wrap
+    from ..drivers.psycopg import ERRORS, wrap
 
     members = _tenant_members(args.tenant)
     dsn = cli_dsn(args.dsn)
     try:
         return _init(args, dsn, members)
-    except (psycopg.Error, OSError) as exc:
+    except ERRORS as exc:
         raise wrap(exc) from exc
 
 
 def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) -> int:
-    import psycopg
-
     from .. import migrate, roles
+    from ..drivers.psycopg import open_raw
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with open_raw(dsn) as conn:
         if args.dry_run:
             st = migrate.status_sync(conn)
             print(
