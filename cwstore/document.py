@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
@@ -463,212 +463,23 @@ def check_nodes(
         state = CheckState(dict(known_ids or {}), dict(heads or {}))
     if state.all_ids is None:
         state.all_ids = _ids_of(nodes)
-    seen = state.seen
-    key_heads = state.heads
-    all_ids = state.all_ids
     for i, raw in enumerate(nodes, start=offset):
-        node = _as_obj(raw)
-        np = f"{path}[{i}]"
-        node_id = node.get("id") if isinstance(node, dict) else None
-        nid = node_id if _is_str(node_id) else None
-
-        first = len(out)
-
-        def bad(code: str, where: str, message: str, _i: int = i, _nid: Any = nid) -> None:
-            out.append(Violation(code, _i, _nid, where, message))
-
-        if not isinstance(node, dict):
-            bad("shape", np, f"node must be a JSON object, got {_type_name(node)}")
-            continue
-        if isinstance(node, jsontext.DuplicateKeysDict):
-            bad("shape", np, _repeats("node", node))
-        for name in node:
-            if name not in NODE_FIELDS:
-                bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
-        missing = [f for f in _REQUIRED_NODE_FIELDS if f not in node and f not in optional_fields]
-        for f in missing:
-            bad("shape", np, f"node is missing field {f!r}")
-
-        # id
-        id_ok = False
-        if "id" in node:
-            if not _is_str(node_id):
-                bad("shape", f"{np}.id", f"id must be a string, got {_type_name(node_id)}")
-            elif node_id in seen:
-                bad("duplicate_id", f"{np}.id", f"id {node_id} already used by an earlier node")
-            else:
-                id_ok = True
-
-        # kind
-        kind = node.get("kind")
-        kind_ok = _is_str(kind) and kind in _KIND_SET
-        if "kind" in node and not kind_ok:
-            bad(
-                "kind",
-                f"{np}.kind",
-                f"kind {_show(kind)} is not one of the ten: {', '.join(KINDS)}",
-            )
-
-        # parents
-        parents = node.get("parents")
-        parents_ok = False
-        if "parents" in node:
-            if not isinstance(parents, list):
-                bad("shape", f"{np}.parents", f"parents must be a list, got {_type_name(parents)}")
-            elif not all(_is_str(p) for p in parents):
-                for j, p in enumerate(parents):
-                    if not _is_str(p):
-                        bad("shape", f"{np}.parents[{j}]", "parent must be a string id")
-            else:
-                parents_ok = True
-                for j, p in enumerate(parents):
-                    if jsontext._bad_string(p):
-                        bad(
-                            "unrepresentable",
-                            f"{np}.parents[{j}]",
-                            "parent id holds a lone surrogate",
-                        )
-                        parents_ok = False
-                dup: set[str] = set()
-                if len(set(parents)) != len(parents):
-                    dup = {p for p in parents if parents.count(p) > 1}
-                for j, p in enumerate(parents):
-                    pp = f"{np}.parents[{j}]"
-                    if p == node_id:
-                        bad("parent_order", pp, "a node cannot be its own parent")
-                    elif p not in seen:
-                        if p in all_ids:
-                            bad("parent_order", pp, f"parent {p} comes later in sequence")
-                        else:
-                            if fill_ids:
-                                unresolved.append((len(out), p))
-                            bad("missing_parent", pp, f"parent {p} does not exist")
-                if dup:
-                    bad("parent_order", f"{np}.parents", f"parent(s) listed twice: {sorted(dup)}")
-                if not is_sorted_js(parents):
-                    bad("parent_order", f"{np}.parents", "parents are not sorted ascending")
-
-        # payload
-        payload_ok = "payload" in node
-        if payload_ok:
-            for code, where, message in jsontext.problems(node["payload"], f"{np}.payload"):
-                bad(code, where, message)
-                payload_ok = False
-
-        # createdAt
-        if "createdAt" in node:
-            created = node["createdAt"]
-            if not _is_str(created):
-                bad(
-                    "shape",
-                    f"{np}.createdAt",
-                    f"createdAt must be a string, got {_type_name(created)}",
-                )
-            elif not _valid_time(created):
-                bad(
-                    "created_at",
-                    f"{np}.createdAt",
-                    f"createdAt {created!r} is not an RFC 3339 timestamp with a zone",
-                )
-
-        # sequence
-        if "sequence" in node:
-            seq = node["sequence"]
-            if type(seq) is float and seq.is_integer():
-                seq = int(seq)
-            if type(seq) is not int:
-                bad(
-                    "shape", f"{np}.sequence", f"sequence must be an integer, got {_type_name(seq)}"
-                )
-            elif require_sequence and seq != first_sequence + i:
-                bad(
-                    "sequence",
-                    f"{np}.sequence",
-                    f"sequence is {seq}, expected {first_sequence + i}",
-                )
-
-        # resourceKey
-        rkey: str | None = None
-        rkey_ok = True
-        if "resourceKey" in node:
-            rk = node["resourceKey"]
-            if isinstance(rk, jsontext.BadNumber):
-                bad("unrepresentable", f"{np}.resourceKey", f"{rk} is not a JSON value")
-                rkey_ok = False
-            elif not _is_str(rk) or rk == "":
-                bad(
-                    "shape",
-                    f"{np}.resourceKey",
-                    "resourceKey must be a non-empty string when present (never null)",
-                )
-                rkey_ok = False
-            elif "\x00" in rk or jsontext._bad_string(rk):
-                bad(
-                    "unrepresentable",
-                    f"{np}.resourceKey",
-                    "resourceKey holds U+0000 or a lone surrogate, which a PostgreSQL text "
-                    "column cannot keep",
-                )
-                rkey_ok = False
-            elif len(rk.encode("utf-8")) > RESOURCE_KEY_MAX_BYTES:
-                bad(
-                    "shape",
-                    f"{np}.resourceKey",
-                    f"resourceKey is {len(rk.encode('utf-8'))} bytes of UTF-8; "
-                    f"at most {RESOURCE_KEY_MAX_BYTES} are allowed",
-                )
-                rkey_ok = False
-            else:
-                rkey = rk
-
-        # semantic payload and vocabulary
-        if kind == "semantic" and payload_ok:
-            _check_semantic(node, np, rkey, vocabulary, bad)
-
-        # chain
-        if rkey is not None and rkey in key_heads and parents_ok:
-            head = key_heads[rkey]
-            if head not in cast(list[str], parents):
-                bad(
-                    "resource_chain",
-                    f"{np}.parents",
-                    f"new version of {rkey!r} does not link to the key's head {head}",
-                )
-
-        # identity
-        hashed = 0
-        if id_ok and kind_ok and parents_ok and payload_ok and rkey_ok:
-            expected, hashed = identity_digest(
-                cast(str, kind), cast(list[str], parents), node["payload"], rkey
-            )
-            if expected != node_id:
-                bad(
-                    "identity",
-                    f"{np}.id",
-                    f"id {node_id} does not match the content's identity {expected}",
-                )
-        elif fill_ids and "id" not in node and kind_ok and parents_ok and payload_ok and rkey_ok:
-            nid, hashed = identity_digest(
-                cast(str, kind), cast(list[str], parents), node["payload"], rkey
-            )
-            node["id"] = nid
-            filled.add(nid)
-            for k in range(first, len(out)):
-                out[k] = replace(out[k], node_id=nid)
-
-        if hashed > MAX_PAYLOAD_BYTES:  # the hashed text bounds the payload's length
-            size = len(jsontext.dumps(node["payload"]).encode("utf-8"))
-            if size > MAX_PAYLOAD_BYTES:
-                bad(
-                    "too_large",
-                    f"{np}.payload",
-                    f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed",
-                )
-
-        if nid is not None and nid not in seen:
-            seen[nid] = first_sequence + i
-        if rkey is not None and nid is not None:
-            key_heads[rkey] = nid
+        expected_seq = first_sequence + i if require_sequence else None
+        nid, computed = _check_node(
+            _as_obj(raw),
+            f"{path}[{i}]",
+            i,
+            out,
+            state,
+            vocabulary,
+            expected_seq,
+            optional_fields,
+            unresolved if fill_ids else None,
+        )
+        if nid is not None:
+            state.seen.setdefault(nid, first_sequence + i)
+        if computed:
+            filled.add(cast(str, nid))
     for k, p in unresolved:
         if p in filled:
             out[k] = replace(
@@ -677,8 +488,246 @@ def check_nodes(
     return out
 
 
+Bad = Callable[[str, str, str], None]
+"""Report one violation of the node being checked: (code, path, message)."""
+
+
+def _check_node(
+    node: Any,
+    np: str,
+    i: int,
+    out: list[Violation],
+    state: CheckState,
+    vocabulary: Vocabulary,
+    expected_seq: int | None,
+    optional_fields: frozenset[str],
+    unresolved: list[tuple[int, str]] | None,
+) -> tuple[str | None, bool]:
+    """Check one node at path ``np`` (index ``i``), appending its violations to ``out``;
+    returns its id (None when it has none) and whether this check computed it (when
+    ``unresolved`` is given, which is ``fill_ids``, for a node without one)."""
+    node_id = node.get("id") if isinstance(node, dict) else None
+    nid = node_id if _is_str(node_id) else None
+    first = len(out)
+
+    def bad(code: str, where: str, message: str) -> None:
+        out.append(Violation(code, i, nid, where, message))
+
+    if not isinstance(node, dict):
+        bad("shape", np, f"node must be a JSON object, got {_type_name(node)}")
+        return None, False
+    _check_fields(node, np, bad, optional_fields)
+    id_ok = _check_id(node, np, bad, state.seen)
+    kind = node.get("kind")
+    kind_ok = _check_kind(node, np, bad)
+    parents = node.get("parents")
+    parents_ok = _check_parents(node, np, bad, state, out, unresolved)
+    payload_ok = _check_payload(node, np, bad)
+    _check_created(node, np, bad)
+    _check_sequence(node, np, bad, expected_seq)
+    rkey, rkey_ok = _check_resource_key(node, np, bad)
+    if kind == "semantic" and payload_ok:
+        _check_semantic(node, np, rkey, vocabulary, bad)
+    if rkey is not None and parents_ok:
+        _check_chain(np, bad, rkey, cast(list[str], parents), state.heads)
+
+    computed_id = False
+    if (
+        kind_ok
+        and parents_ok
+        and payload_ok
+        and rkey_ok
+        and (id_ok or (unresolved is not None and "id" not in node))
+    ):
+        computed, hashed = identity_digest(
+            cast(str, kind), cast(list[str], parents), node["payload"], rkey
+        )
+        _check_size(node, np, bad, hashed)
+        if id_ok and computed != node_id:
+            bad(
+                "identity",
+                f"{np}.id",
+                f"id {node_id} does not match the content's identity {computed}",
+            )
+        elif not id_ok:
+            nid = node["id"] = computed
+            computed_id = True
+            for k in range(first, len(out)):
+                out[k] = replace(out[k], node_id=nid)
+    if rkey is not None and nid is not None:
+        state.heads[rkey] = nid
+    return nid, computed_id
+
+
+def _check_fields(node: dict[str, Any], np: str, bad: Bad, optional: frozenset[str]) -> None:
+    if isinstance(node, jsontext.DuplicateKeysDict):
+        bad("shape", np, _repeats("node", node))
+    for name in node:
+        if name not in NODE_FIELDS:
+            bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
+    for f in _REQUIRED_NODE_FIELDS:
+        if f not in node and f not in optional:
+            bad("shape", np, f"node is missing field {f!r}")
+
+
+def _check_id(node: dict[str, Any], np: str, bad: Bad, seen: Mapping[str, int]) -> bool:
+    """Whether the node gives an id no earlier node holds."""
+    if "id" not in node:
+        return False
+    node_id = node["id"]
+    if not _is_str(node_id):
+        bad("shape", f"{np}.id", f"id must be a string, got {_type_name(node_id)}")
+        return False
+    if node_id in seen:
+        bad("duplicate_id", f"{np}.id", f"id {node_id} already used by an earlier node")
+        return False
+    return True
+
+
+def _check_kind(node: dict[str, Any], np: str, bad: Bad) -> bool:
+    kind = node.get("kind")
+    ok = _is_str(kind) and kind in _KIND_SET
+    if "kind" in node and not ok:
+        bad("kind", f"{np}.kind", f"kind {_show(kind)} is not one of the ten: {', '.join(KINDS)}")
+    return ok
+
+
+def _check_parents(
+    node: dict[str, Any],
+    np: str,
+    bad: Bad,
+    state: CheckState,
+    out: list[Violation],
+    unresolved: list[tuple[int, str]] | None,
+) -> bool:
+    """Whether the parents are a list of string ids that may be stored (each reported
+    problem of order or existence still leaves them usable for the checks after)."""
+    if "parents" not in node:
+        return False
+    parents = node["parents"]
+    if not isinstance(parents, list):
+        bad("shape", f"{np}.parents", f"parents must be a list, got {_type_name(parents)}")
+        return False
+    if not all(_is_str(p) for p in parents):
+        for j, p in enumerate(parents):
+            if not _is_str(p):
+                bad("shape", f"{np}.parents[{j}]", "parent must be a string id")
+        return False
+    ok = True
+    for j, p in enumerate(parents):
+        if jsontext._bad_string(p):
+            bad("unrepresentable", f"{np}.parents[{j}]", "parent id holds a lone surrogate")
+            ok = False
+    all_ids = state.all_ids or set()
+    for j, p in enumerate(parents):
+        pp = f"{np}.parents[{j}]"
+        if p == node.get("id"):
+            bad("parent_order", pp, "a node cannot be its own parent")
+        elif p not in state.seen:
+            if p in all_ids:
+                bad("parent_order", pp, f"parent {p} comes later in sequence")
+            else:
+                if unresolved is not None:
+                    unresolved.append((len(out), p))
+                bad("missing_parent", pp, f"parent {p} does not exist")
+    if len(set(parents)) != len(parents):
+        dup = sorted({p for p in parents if parents.count(p) > 1})
+        bad("parent_order", f"{np}.parents", f"parent(s) listed twice: {dup}")
+    if not is_sorted_js(parents):
+        bad("parent_order", f"{np}.parents", "parents are not sorted ascending")
+    return ok
+
+
+def _check_payload(node: dict[str, Any], np: str, bad: Bad) -> bool:
+    if "payload" not in node:
+        return False
+    ok = True
+    for code, where, message in jsontext.problems(node["payload"], f"{np}.payload"):
+        bad(code, where, message)
+        ok = False
+    return ok
+
+
+def _check_created(node: dict[str, Any], np: str, bad: Bad) -> None:
+    if "createdAt" not in node:
+        return
+    created = node["createdAt"]
+    if not _is_str(created):
+        bad("shape", f"{np}.createdAt", f"createdAt must be a string, got {_type_name(created)}")
+    elif not _valid_time(created):
+        bad(
+            "created_at",
+            f"{np}.createdAt",
+            f"createdAt {created!r} is not an RFC 3339 timestamp with a zone",
+        )
+
+
+def _check_sequence(node: dict[str, Any], np: str, bad: Bad, expected: int | None) -> None:
+    if "sequence" not in node:
+        return
+    seq = node["sequence"]
+    if type(seq) is float and seq.is_integer():
+        seq = int(seq)
+    if type(seq) is not int:
+        bad("shape", f"{np}.sequence", f"sequence must be an integer, got {_type_name(seq)}")
+    elif expected is not None and seq != expected:
+        bad("sequence", f"{np}.sequence", f"sequence is {seq}, expected {expected}")
+
+
+def _check_resource_key(node: dict[str, Any], np: str, bad: Bad) -> tuple[str | None, bool]:
+    """(the key, or None; whether the node's key, if any, may be stored)."""
+    if "resourceKey" not in node:
+        return None, True
+    rk = node["resourceKey"]
+    where = f"{np}.resourceKey"
+    if isinstance(rk, jsontext.BadNumber):
+        bad("unrepresentable", where, f"{rk} is not a JSON value")
+    elif not _is_str(rk) or rk == "":
+        bad("shape", where, "resourceKey must be a non-empty string when present (never null)")
+    elif "\x00" in rk or jsontext._bad_string(rk):
+        bad(
+            "unrepresentable",
+            where,
+            "resourceKey holds U+0000 or a lone surrogate, which a PostgreSQL text "
+            "column cannot keep",
+        )
+    elif len(rk.encode("utf-8")) > RESOURCE_KEY_MAX_BYTES:
+        bad(
+            "shape",
+            where,
+            f"resourceKey is {len(rk.encode('utf-8'))} bytes of UTF-8; "
+            f"at most {RESOURCE_KEY_MAX_BYTES} are allowed",
+        )
+    else:
+        return rk, True
+    return None, False
+
+
+def _check_chain(
+    np: str, bad: Bad, rkey: str, parents: list[str], heads: Mapping[str, str]
+) -> None:
+    head = heads.get(rkey)
+    if head is not None and head not in parents:
+        bad(
+            "resource_chain",
+            f"{np}.parents",
+            f"new version of {rkey!r} does not link to the key's head {head}",
+        )
+
+
+def _check_size(node: dict[str, Any], np: str, bad: Bad, hashed: int) -> None:
+    if hashed > MAX_PAYLOAD_BYTES:  # the hashed text bounds the payload's length
+        size = len(jsontext.dumps(node["payload"]).encode("utf-8"))
+        if size > MAX_PAYLOAD_BYTES:
+            bad(
+                "too_large",
+                f"{np}.payload",
+                f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed",
+            )
+
+
 def _check_semantic(
-    node: dict[str, Any], np: str, rkey: str | None, vocabulary: Vocabulary, bad: Any
+    node: dict[str, Any], np: str, rkey: str | None, vocabulary: Vocabulary, bad: Bad
 ) -> None:
     payload = node["payload"]
     pp = f"{np}.payload"
