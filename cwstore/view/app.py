@@ -310,34 +310,44 @@ def _node_event(node: CausalNode) -> dict[str, Any]:
 # ------------------------------------------------------------------ the app
 
 
-def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: LiveHub) -> ASGIApp:
-    """The view's ASGI app over an open store (for the as-of reads), a pool of
-    read-only connections (for the queries of ``cwstore/view/queries.sql``) and the
-    hub of its live streams."""
-    static = resources.files("cwstore.view") / "static"
-    index_html = (static / "index.html").read_text(encoding="utf-8")
+class _Handlers:
+    """The view's request handlers, one method each, over what they share: an open store
+    (for the as-of reads), a pool of read-only connections (for the queries of
+    ``cwstore/view/queries.sql``), the view's settings and the hub of its live streams."""
 
-    async def graph_row(conn: Any, graph: str) -> Any:
+    def __init__(
+        self, store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: LiveHub
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.config = config
+        self.live = live
+        static = resources.files("cwstore.view") / "static"
+        self.index_html = (static / "index.html").read_text(encoding="utf-8")
+
+    async def graph_row(self, conn: Any, graph: str) -> Any:
         row = await conn.fetchrow(Q["view_graph"], graph)
         if row is None:
             raise UnknownGraphError(graph=graph)
         return row
 
-    async def index(request: Request) -> Response:
-        return HTMLResponse(index_html, headers={"Cache-Control": "no-store"})
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(self.index_html, headers={"Cache-Control": "no-store"})
 
-    @_json_errors
-    async def api_config(request: Request) -> Response:
+    async def api_config(self, request: Request) -> Response:
         return _JSON(
-            {"first_graph": config.first_graph, "window": config.window, "max": MAX_WINDOW}
+            {
+                "first_graph": self.config.first_graph,
+                "window": self.config.window,
+                "max": MAX_WINDOW,
+            }
         )
 
-    @_json_errors
-    async def api_graphs(request: Request) -> Response:
+    async def api_graphs(self, request: Request) -> Response:
         search = request.query_params.get("q") or None
         if search is not None and "\x00" in search:
             raise InputError("parameter 'q' holds NUL")
-        async with pool.acquire() as conn, conn.transaction(readonly=True):
+        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
             roles_on = bool(await conn.fetchval(Q["view_roles_on"]))
             rows = await conn.fetch(Q["view_graphs"], search, MAX_GRAPHS + 1)
         graphs = [
@@ -352,18 +362,17 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: 
         ]
         return _JSON({"roles": roles_on, "graphs": graphs, "more": len(rows) > MAX_GRAPHS})
 
-    @_json_errors
-    async def api_state(request: Request) -> Response:
+    async def api_state(self, request: Request) -> Response:
         graph = _text(request, "graph")
         t = _time(request, "time")
         at = _int(request, "at", None, 0, 2**62)
         if t is not None and at is not None:
             raise InputError("give 'at' or 'time', not both")
-        length = await store.length(graph)
+        length = await self.store.length(graph)
         as_of: int | datetime | None = t if t is not None else at
         if isinstance(as_of, int) and as_of > length:
             as_of = length
-        p = await store.project(graph, as_of=as_of)
+        p = await self.store.project(graph, as_of=as_of)
         sql = "\n".join((psql_set("graph", graph), psql_set("at", p.length), Q["psql_state"]))
         memory = [
             {"type": m.type, "key": m.key, "version": m.version, "seq": m.sequence, "id": m.id}
@@ -372,24 +381,23 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: 
         body = {"graph": graph, "at": p.length, "length": length, "state": p.to_json_obj()}
         return _JSON({**body, "memory": memory, "sql": sql})
 
-    @_json_errors
-    async def api_window(request: Request) -> Response:
+    async def api_window(self, request: Request) -> Response:
         graph = _text(request, "graph")
         at_q = _int(request, "at", None, 0, 2**62)
-        size = _int(request, "size", config.window, 10, MAX_WINDOW) or config.window
+        size = _int(request, "size", self.config.window, 10, MAX_WINDOW) or self.config.window
         async with (
-            pool.acquire() as conn,
+            self.pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            g = await graph_row(conn, graph)
+            g = await self.graph_row(conn, graph)
             length = int(g["length"])
             at = length if at_q is None else min(at_q, length)
             lo, hi = _window_bounds(at, length, size)
             nodes = await conn.fetch(Q["view_window_nodes"], g["graph_id"], lo, hi)
             edges = await conn.fetch(Q["view_window_edges"], g["graph_id"], lo, hi)
-        before = (await store.project(graph, lo - 1)).counts if lo > 1 else {}
-        upto = (await store.project(graph, hi)).counts if hi < length else {}
-        total = (await store.project(graph, length)).counts if hi < length else {}
+        before = (await self.store.project(graph, lo - 1)).counts if lo > 1 else {}
+        upto = (await self.store.project(graph, hi)).counts if hi < length else {}
+        total = (await self.store.project(graph, length)).counts if hi < length else {}
         after = {k: n - upto.get(k, 0) for k, n in total.items() if n - upto.get(k, 0) > 0}
         return _JSON(
             {
@@ -415,17 +423,16 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: 
             }
         )
 
-    @_json_errors
-    async def api_node(request: Request) -> Response:
+    async def api_node(self, request: Request) -> Response:
         graph = _text(request, "graph")
         node_id = _text(request, "id")
         depth = _int(request, "depth", RELATIVES_DEPTH, 0, 2**31 - 1) or None
         limit = _int(request, "limit", RELATIVES_LIMIT, 1, 10_000) or RELATIVES_LIMIT
         async with (
-            pool.acquire() as conn,
+            self.pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            g = await graph_row(conn, graph)
+            g = await self.graph_row(conn, graph)
             n = await conn.fetchrow(Q["view_node"], g["graph_id"], node_id, PAYLOAD_CHARS)
             if n is None:
                 raise _Problem(404, "unknown_node", f"graph {graph!r} has no node {node_id!r}")
@@ -490,28 +497,26 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: 
             }
         )
 
-    @_json_errors
-    async def api_payload(request: Request) -> Response:
+    async def api_payload(self, request: Request) -> Response:
         graph = _text(request, "graph")
         node_id = _text(request, "id")
-        async with pool.acquire() as conn, conn.transaction(readonly=True):
-            g = await graph_row(conn, graph)
+        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+            g = await self.graph_row(conn, graph)
             text = await conn.fetchval(Q["view_payload"], g["graph_id"], node_id)
         if text is None:
             raise _Problem(404, "unknown_node", f"graph {graph!r} has no node {node_id!r}")
         return _JSON({"graph": graph, "id": node_id, "payload_text": text})
 
-    @_json_errors
-    async def api_live(request: Request) -> Response:
+    async def api_live(self, request: Request) -> Response:
         graph = _text(request, "graph")
         after = _int(request, "after", 0, 0, 2**62) or 0
-        await store.length(graph)
-        live.open()
+        await self.store.length(graph)
+        self.live.open()
 
         async def events() -> AsyncIterator[str]:
             yield "retry: 2000\n: following\n\n"
             try:
-                async for node in live.follow(graph, after):
+                async for node in self.live.follow(graph, after):
                     yield f"event: node\ndata: {_dumps(_node_event(node))}\n\n"
             except GraphErasedError as exc:
                 # The stream's last event: the page stops following and says so.
@@ -528,24 +533,29 @@ def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: 
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    async def not_found(request: Request, exc: Exception) -> Response:
+    async def not_found(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         return _error(status, "not_found" if status == 404 else "http", f"{request.url.path}")
 
-    async def no_icon(request: Request) -> Response:
+    async def no_icon(self, request: Request) -> Response:
         return Response(status_code=204)
 
+
+def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: LiveHub) -> ASGIApp:
+    """The view's ASGI app: its routes over :class:`_Handlers`, the API's errors as JSON,
+    behind the host guard."""
+    h = _Handlers(store, pool, config, live)
     routes = [
-        Route("/", index),
-        Route("/favicon.ico", no_icon),
-        Route("/api/config", api_config),
-        Route("/api/graphs", api_graphs),
-        Route("/api/state", api_state),
-        Route("/api/window", api_window),
-        Route("/api/node", api_node),
-        Route("/api/payload", api_payload),
-        Route("/api/live", api_live),
+        Route("/", h.index),
+        Route("/favicon.ico", h.no_icon),
+        Route("/api/config", _json_errors(h.api_config)),
+        Route("/api/graphs", _json_errors(h.api_graphs)),
+        Route("/api/state", _json_errors(h.api_state)),
+        Route("/api/window", _json_errors(h.api_window)),
+        Route("/api/node", _json_errors(h.api_node)),
+        Route("/api/payload", _json_errors(h.api_payload)),
+        Route("/api/live", _json_errors(h.api_live)),
         Mount("/static", StaticFiles(packages=[("cwstore.view", "static")]), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: h.not_found})
     return _Guard(app, config)
