@@ -10,7 +10,7 @@ import threading
 import webbrowser
 from collections.abc import Sequence
 from dataclasses import replace
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode
 
 import asyncpg
 import uvicorn
@@ -86,9 +86,11 @@ def _has_browser() -> bool:
 def _with_settings(dsn: str, settings: dict[str, str]) -> str:
     """``dsn`` as a URL whose query also sets ``settings`` (asyncpg sends a URL's
     unknown parameters as session settings)."""
-    url = urlsplit(url_dsn(dsn))
+    # (Not through urlunsplit: it drops the "//" of a URL with no host,
+    # postgresql:///db?host=/run/postgresql, which libpq's key=value strings become.)
+    base, _, query = url_dsn(dsn).partition("?")
     extra = urlencode(settings)
-    return urlunsplit(url._replace(query=f"{url.query}&{extra}" if url.query else extra))
+    return f"{base}?{query}&{extra}" if query else f"{base}?{extra}"
 
 
 async def _serve(

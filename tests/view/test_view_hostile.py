@@ -19,6 +19,7 @@ from urllib.parse import urlencode, urlsplit
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from support.view import view_server
 
 import cwstore
@@ -220,7 +221,10 @@ class _Proxy:
     view (connections reset, new ones refused)."""
 
     def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
+        # A host that is a folder is the server's Unix socket (the embedded server's).
+        self.target: tuple[str, int] | str = (
+            f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+        )
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.socks: list[socket.socket] = []
@@ -233,7 +237,11 @@ class _Proxy:
                 client, _ = self.server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
+            if isinstance(self.target, str):
+                upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                upstream.connect(self.target)
+            else:
+                upstream = socket.create_connection(self.target)
             self.socks += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
@@ -255,9 +263,11 @@ class _Proxy:
 
 
 def test_a_database_outage_is_503_on_every_route(dsn: str) -> None:
-    parts = urlsplit(dsn)
-    proxy = _Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
-    proxied = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}").geturl()
+    params = conninfo_to_dict(dsn)
+    proxy = _Proxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    proxied = (
+        f"postgresql://{params.get('user') or 'postgres'}@127.0.0.1:{proxy.port}/{params['dbname']}"
+    )
     with view_server(proxied) as url:
         assert _get(url, "api/state?graph=g")[0] == 200
         proxy.cut()
@@ -310,3 +320,13 @@ def test_a_read_past_the_statement_timeout_is_503(dsn: str) -> None:
         status, body, _ = _get(url, "api/window?graph=g")
         assert status == 503 and body["error"]["type"] == "timeout", body
         assert time.monotonic() - started < 10
+
+
+def test_a_key_value_dsn_is_served(dsn: str) -> None:
+    """libpq's key=value form (``host=... dbname=...``), not only a URL: its settings are
+    added to it without losing its database (urlunsplit dropped the // of a host-less
+    URL)."""
+    params = conninfo_to_dict(dsn)
+    text = " ".join(f"{k}={v}" for k, v in params.items() if v is not None)
+    with view_server(text) as url:
+        assert _get(url, "api/graphs")[0] == 200
