@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -88,32 +87,6 @@ def test_released_migrations_never_change() -> None:
             f"released migration {name} was edited: a released migration never changes; "
             "restore it and add the change as the next migration"
         )
-
-
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(SQL), *args], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def test_migrations_of_release_tags_never_change() -> None:
-    tags = (_git("tag", "--list", "v*") or "").split()
-    if not tags:
-        pytest.skip("no release tag (v*) in this checkout")
-    files = {m.filename: m for m in _sql.migrations()}
-    prefix = (_git("rev-parse", "--show-prefix") or "").strip()
-    for tag in tags:
-        listing = _git("ls-tree", "--name-only", f"{tag}:{prefix}migrations") or ""
-        for name in listing.split():
-            if not name.endswith(".sql"):
-                continue
-            old = _git("show", f"{tag}:{prefix}migrations/{name}")
-            assert old is not None and name in files, f"{name} of {tag} is gone"
-            assert files[name].sql == old, f"{name} changed since {tag}"
 
 
 def test_released_manifest_refusals(tmp_path: Path) -> None:
