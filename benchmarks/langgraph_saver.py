@@ -26,14 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from _workload import _WORDS
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 
 import cwstore
 from cwstore.langgraph import CwstoreSaver
-
-_TEXT = "The quick brown fox jumps over the lazy dog while the agent thinks. " * 3
 
 
 def _dsn_for(admin: str, db: str) -> str:
@@ -61,9 +60,14 @@ def _session(
     versions: dict[str, Any] = {}
     puts: list[float] = []
     stored: list[Any] = []
+    # Chat text: 40 words a message from the workload's vocabulary. A repeated sentence
+    # would let TOAST compress LangGraph's re-stored lists to almost nothing, which real
+    # conversations do not.
+    words = random.Random(seed)
     for step in range(steps):
         cls = HumanMessage if step % 2 == 0 else AIMessage
-        message = cls(content=f"{step}: {_TEXT}", id=f"m-{step}")
+        text = " ".join(words.choice(_WORDS) for _ in range(40))
+        message = cls(content=f"{step}: {text}", id=f"m-{step}")
         if stored:
             saver.put_writes(config, [("messages", [message])], f"task-{step}")
         messages = [*messages, message]
