@@ -82,7 +82,14 @@ from .results import (
     Projection,
     TailItem,
 )
-from .suffix import SavedPrefix, SaveMemory, check_stored_length, check_suffix, read_state
+from .suffix import (
+    SavedPrefix,
+    SaveMemory,
+    StateToSave,
+    check_stored_length,
+    check_suffix,
+    read_state,
+)
 
 __all__ = ["Store", "connect_sync"]
 
@@ -318,6 +325,9 @@ class Store:
         check_graph_name(graph)
         check_expected_length(expected_length)
         todo = read_state(state)
+        same = self._saved.unchanged(graph, todo, expected_length)
+        if same is not None and self._still_saved(graph, same, todo):
+            return []
         known = self._saved.usable(graph, todo, expected_length)
         if known is not None:
             new = check_suffix(todo, known)
@@ -359,6 +369,23 @@ class Store:
             return []
         self._saved.wrote(graph, prefix, todo, new, rows)
         return [n for n in stored_nodes(sent, rows) if n.sequence > stored]
+
+    def _still_saved(self, graph: str, prefix: SavedPrefix, todo: StateToSave) -> bool:
+        """Whether the graph holds exactly ``prefix``, all of ``todo``: its length read in
+        one snapshot with its frontier, and that frontier declared when ``todo``'s
+        differs (the last node sent again, which writes nothing else). A save with
+        nothing new costs this, whatever the graph's size. ``False``: compare in the
+        database (the graph moved on, or is gone)."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(q("read_snapshot"))
+            row = conn.fetchrow(q("graph_get"), graph)
+            if row is None or int(row[1]) != prefix.length:
+                self._saved.forget(graph)
+                return False
+            current = [r[0] for r in conn.fetch(q("frontier_now"), row[0])]
+        if current != list(todo.frontier):
+            self._append_rows(graph, todo.objects(-1), prefix.length, todo.frontier)
+        return True
 
     def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's

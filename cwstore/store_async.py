@@ -79,7 +79,14 @@ from .results import (
     Projection,
     TailItem,
 )
-from .suffix import SavedPrefix, SaveMemory, check_stored_length, check_suffix, read_state
+from .suffix import (
+    SavedPrefix,
+    SaveMemory,
+    StateToSave,
+    check_stored_length,
+    check_suffix,
+    read_state,
+)
 
 __all__ = ["AsyncStore", "connect"]
 
@@ -315,6 +322,9 @@ class AsyncStore:
         check_graph_name(graph)
         check_expected_length(expected_length)
         todo = read_state(state)
+        same = self._saved.unchanged(graph, todo, expected_length)
+        if same is not None and await self._still_saved(graph, same, todo):
+            return []
         known = self._saved.usable(graph, todo, expected_length)
         if known is not None:
             new = check_suffix(todo, known)
@@ -356,6 +366,23 @@ class AsyncStore:
             return []
         self._saved.wrote(graph, prefix, todo, new, rows)
         return [n for n in stored_nodes(sent, rows) if n.sequence > stored]
+
+    async def _still_saved(self, graph: str, prefix: SavedPrefix, todo: StateToSave) -> bool:
+        """Whether the graph holds exactly ``prefix``, all of ``todo``: its length read in
+        one snapshot with its frontier, and that frontier declared when ``todo``'s
+        differs (the last node sent again, which writes nothing else). A save with
+        nothing new costs this, whatever the graph's size. ``False``: compare in the
+        database (the graph moved on, or is gone)."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(q("read_snapshot"))
+            row = await conn.fetchrow(q("graph_get"), graph)
+            if row is None or int(row[1]) != prefix.length:
+                self._saved.forget(graph)
+                return False
+            current = [r[0] for r in await conn.fetch(q("frontier_now"), row[0])]
+        if current != list(todo.frontier):
+            await self._append_rows(graph, todo.objects(-1), prefix.length, todo.frontier)
+        return True
 
     async def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's

@@ -320,6 +320,22 @@ class SaveMemory:
             return None
         return known
 
+    def unchanged(
+        self, graph: str, state: StateToSave, expected_length: int | None
+    ) -> SavedPrefix | None:
+        """The remembered prefix of ``graph`` when ``state`` is exactly it (nothing past
+        it: a save with nothing new) and ``expected_length`` (if given) is its length;
+        else ``None``."""
+        known = self._known.get(graph)
+        if (
+            known is None
+            or len(state) != known.length
+            or (expected_length is not None and expected_length != known.length)
+            or not state.extends(known)
+        ):
+            return None
+        return known
+
     def wrote(
         self,
         graph: str,

@@ -911,3 +911,25 @@ async def test_warm_save_of_nodes_another_writer_already_wrote(store: Any, db_ds
     # And the next turn saves from there.
     b.answer("third")
     assert [n.sequence for n in await store.save(g, b.state())] == [7]
+
+
+async def test_a_save_with_nothing_new_sees_another_writers_nodes(store: Any, db_dsn: str) -> None:
+    """The save of a state this store already saved reads only the graph's length and
+    frontier (flat in the graph's size); when another writer appended meanwhile, the
+    stored graph is longer than the state: DivergedError, and nothing written."""
+    g = new_graph("save")
+    b = _session()
+    await store.save(g, b.state())
+    assert await store.save(g, b.state()) == []  # remembered: the cheap way
+    other = await cwstore.connect(db_dsn, migrate_schema=False, max_size=1)
+    try:
+        c = _session()
+        c.answer("another writer's node")
+        await other.append(g, [c.nodes[-1]])
+    finally:
+        await other.close()
+    before = await snapshot(db_dsn, g)
+    with pytest.raises(DivergedError) as info:
+        await store.save(g, b.state())
+    assert info.value.position == 5
+    assert await snapshot(db_dsn, g) == before
