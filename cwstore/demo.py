@@ -543,7 +543,7 @@ def run_demo(
     import psycopg
     from psycopg import sql
 
-    from ._store_base import resolve_dsn
+    from .dsn import resolve_dsn
     from .store import connect_sync
 
     if not 1 <= workers <= MAX_WORKERS:

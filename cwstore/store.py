@@ -53,7 +53,6 @@ from ._store_base import (
     node_from_row,
     prepare_batch,
     q,
-    resolve_dsn,
     state_from_text,
     stored_nodes,
     tenant_settings,
@@ -62,6 +61,7 @@ from ._store_base import (
 from .document import AgentState, CausalNode, Vocabulary, validate
 from .drivers._protocol import Connection, Pool, Row
 from .drivers.psycopg import PsycopgPool
+from .dsn import resolve_dsn
 from .errors import (
     ConflictError,
     DivergedError,

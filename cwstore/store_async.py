@@ -50,7 +50,6 @@ from ._store_base import (
     node_from_row,
     prepare_batch,
     q,
-    resolve_dsn,
     state_from_text,
     stored_nodes,
     tenant_settings,
@@ -59,6 +58,7 @@ from ._store_base import (
 from .document import AgentState, CausalNode, Vocabulary, validate
 from .drivers._protocol import AsyncConnection, AsyncPool, Row
 from .drivers.asyncpg import AsyncpgPool
+from .dsn import resolve_dsn
 from .errors import (
     ConflictError,
     DivergedError,

@@ -9,8 +9,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._store_base import resolve_dsn
 from ..document import Vocabulary, parse_document
+from ..dsn import resolve_dsn
 from ..errors import InputError, SchemaNotReadyError
 
 if TYPE_CHECKING:
