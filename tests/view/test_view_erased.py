@@ -90,7 +90,7 @@ def test_the_page_says_the_graph_was_erased(db_dsn: str, server: str, browser: A
             store.erase(g)
         page.wait_for_selector("#erased:not([hidden])")
         assert "this graph was erased" in page.inner_text("#erased")
-        assert page.is_hidden("#error")
+        assert page.is_hidden("#error"), page.inner_text("#error")
         # Moving the slider now reads a graph that is gone: still the same message.
         page.evaluate("document.getElementById('seq').value = '1'")
         page.dispatch_event("#seq", "change")

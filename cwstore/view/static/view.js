@@ -14,7 +14,7 @@
   var S = {
     graph: null, length: 0, at: 0, size: 300, maxSize: 2000, firstGraph: null,
     win: null, lanes: [], es: null, stateToken: 0, stateTimer: null, node: null,
-    erased: null
+    erased: null, known: null
   };
   var cy = null;
   window.cwView = { state: S, cy: null };
@@ -52,11 +52,13 @@
       "(what the page still shows is what it had read before)";
     $("live-status").textContent = "erased";
   }
+  /* An unknown graph that this page has read before (S.known) is one erased meanwhile,
+     whichever read finds it gone first: a live stream that reconnects, a read in flight. */
   function isErasedAnswer(body, params) {
     if (!body.error) return false;
     return body.error.type === "graph_erased" ||
-      (body.error.type === "unknown_graph" && S.erased !== null &&
-       params && params.graph === S.erased);
+      (body.error.type === "unknown_graph" && params &&
+       (params.graph === S.erased || params.graph === S.known));
   }
 
   function api(path, params) {
@@ -70,13 +72,14 @@
           var m = body.error ? body.error.type + ": " + body.error.message : "HTTP " + r.status;
           if (isErasedAnswer(body, params)) {
             showError(null);
-            showErased(params.graph);
+            if (S.graph === params.graph) { stopLive(); showErased(params.graph); }
           } else {
             showError(m);
           }
           throw new Error(m);
         }
         showError(null);
+        if (params && params.graph && params.graph === S.graph) S.known = S.graph;
         return body;
       });
     });
@@ -474,7 +477,13 @@
     es.onopen = function () { $("live-status").textContent = "live"; };
     es.addEventListener("node", function (ev) { onLiveNode(JSON.parse(ev.data)); });
     es.addEventListener("problem", function (ev) {
-      showError("live: " + JSON.parse(ev.data).message);
+      var problem = JSON.parse(ev.data);
+      if (problem.type === "unknown_graph" && graph === S.known) {
+        stopLive();
+        if (S.graph === graph) showErased(graph);
+        return;
+      }
+      showError("live: " + problem.message);
     });
     es.addEventListener("erased", function () {
       // The stream's last event: stop following (no reconnect) and say so.
@@ -485,7 +494,16 @@
       if (S.es !== es) return;
       es.close();
       $("live-status").textContent = "reconnecting";
-      setTimeout(function () { if (S.es === es && S.graph === graph) startLive(); }, 2000);
+      // Before following again, one read: a graph erased while the stream was down
+      // answers unknown_graph, and the page says so instead of retrying forever.
+      (function retry() {
+        setTimeout(function () {
+          if (S.es !== es || S.graph !== graph) return;
+          api("state", { graph: graph, at: 0 }).then(function () {
+            if (S.es === es && S.graph === graph) startLive();
+          }, retry);
+        }, 2000);
+      })();
     };
   }
 
