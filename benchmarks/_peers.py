@@ -603,12 +603,19 @@ STORED_SQL = {
 }
 
 
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release, as cwstore's driver does it (``_keep_session``):
+    nothing. asyncpg's default sends ``RESET ALL; UNLISTEN *; CLOSE ALL; ...`` on every
+    release, a round trip and server time the baseline and message-db would pay and
+    cwstore would not; neither sets session state on its connections."""
+
+
 async def open_system(name: str, dsn: str) -> System:
     if name == "cwstore":
         store = await cwstore.connect(dsn, min_size=16, max_size=16, migrate_schema=True)
         return CwstoreSystem(store)
     if name == "baseline":
-        pool = await asyncpg.create_pool(dsn, min_size=16, max_size=16)
+        pool = await asyncpg.create_pool(dsn, min_size=16, max_size=16, reset=keep_session)
         async with pool.acquire() as c:
             await c.execute(BASE_SETUP)
         return BaselineSystem(pool)
@@ -625,6 +632,7 @@ async def open_system(name: str, dsn: str) -> System:
             dsn,
             min_size=16,
             max_size=16,
+            reset=keep_session,
             server_settings={"search_path": "message_store, public"},
         )
         return MessageDbSystem(pool)
