@@ -41,6 +41,7 @@ except ImportError:  # a checkout that is not installed: use it in place
     sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
     import cwstore
 
+import _peers
 import asyncpg
 from _langgraph_peer import IMPORT_ERROR as LANGGRAPH_MISSING
 from _workload import agent_steps, generate_nodes
@@ -67,10 +68,13 @@ class Sizes:
     warmup_seconds: float
     agent_steps: int
     samples: int  # as-of points per projection size, reads per agent session
+    peer_seconds: float = 2.0  # row 8: per system, workload and round
+    peer_rounds: int = 2
+    peer_cost_calls: int = 100  # row 8: calls per block when pricing a refused append
 
 
 FULL = Sizes(100_000, (1_000, 100_000, 1_000_000), 10.0, 1.0, 1_000, 9)
-QUICK = Sizes(20_000, (1_000, 10_000, 100_000), 3.0, 0.3, 200, 7)
+QUICK = Sizes(20_000, (1_000, 10_000, 100_000), 3.0, 0.3, 200, 7, 1.0, 2, 50)
 
 
 # --- the table ---------------------------------------------------------------------------
@@ -1061,6 +1065,8 @@ async def run(
     only: str | None = None,
     citus_dsn: str | None = None,
 ) -> tuple[list[Row], dict[str, str]]:
+    if only == "peers":
+        return await peers_section(admin, server, sizes, log)
     tag = f"cwbench_{os.getpid()}"
     main_dsn = await create_database(admin, tag)
     agent_dsn = await create_database(admin, tag + "_agent")
@@ -1100,12 +1106,52 @@ async def run(
             rows += await bench_langgraph(agent_dsn, sizes)
         except Exception as exc:
             rows += error_rows("5 vs LangGraph", exc)
+        peer_rows, _ = await peers_section(admin, server, sizes, log, facts)
+        rows += peer_rows
     finally:
         for name in (tag, tag + "_agent"):
             with contextlib.suppress(Exception):
                 await drop_database(admin, name)
     rows.sort(key=lambda r: r.name[:1])  # table order 1..5, each section's rows in order
     return rows, facts
+
+
+async def peers_section(
+    admin: str,
+    server: str,
+    sizes: Sizes,
+    log: Callable[[str], None],
+    facts: dict[str, str] | None = None,
+) -> tuple[list[Row], dict[str, str]]:
+    """Row 8: cwstore, eventsourcing, message-db and the baseline, each in a scratch
+    database of its own; the side-by-side table goes into ``facts["Peers"]``."""
+    if facts is None:
+        facts = await machine_facts(admin, server)
+    facts["eventsourcing"] = version_of("eventsourcing")
+    facts["message-db"] = (HERE / "message_db" / "VERSION.txt").read_text().strip() + " (vendored)"
+    try:
+        found = await _peers.measure(
+            admin,
+            with_database,
+            create_database,
+            drop_database,
+            sizes.peer_seconds,
+            sizes.warmup_seconds,
+            sizes.peer_rounds,
+            sizes.peer_cost_calls,
+            log,
+        )
+    except Exception as exc:
+        return error_rows("8 Peers", exc), facts
+    facts["Peers"] = "\n" + _peers.markdown(found)
+    return _peers.rows(found, Row), facts
+
+
+def version_of(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def render(rows: list[Row], facts: dict[str, str], title: str, console: Console) -> None:
@@ -1117,7 +1163,10 @@ def render(rows: list[Row], facts: dict[str, str], title: str, console: Console)
         table.add_row(r.name, r.cwstore, r.baseline, r.ratio, r.target, verdict)
     console.print(table)
     for k, v in facts.items():
-        console.print(f"[dim]{k}:[/] {v}")
+        if k != "Peers":
+            console.print(f"[dim]{k}:[/] {v}")
+    if "Peers" in facts:
+        console.print("\nRow 8, every system side by side:", facts["Peers"], markup=False)
 
 
 def markdown(rows: list[Row], facts: dict[str, str], title: str, command: str) -> str:
@@ -1141,7 +1190,9 @@ def markdown(rows: list[Row], facts: dict[str, str], title: str, command: str) -
             + " |"
         )
     lines += ["", "## Machine", ""]
-    lines += [f"- {k}: {v}" for k, v in facts.items()]
+    lines += [f"- {k}: {v}" for k, v in facts.items() if k != "Peers"]
+    if "Peers" in facts:
+        lines += ["", "## Row 8, every system side by side", facts["Peers"]]
     return "\n".join(lines) + "\n"
 
 
@@ -1155,8 +1206,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["import", "appends", "save"],
-        help="run only this section (row 1: import, row 2: appends, row 6: save)",
+        choices=["import", "appends", "save", "peers"],
+        help="run only this section (row 1: import, row 2: appends, row 6: save, "
+        "row 8: appends beside eventsourcing, message-db and the baseline)",
     )
     parser.add_argument(
         "--citus-dsn",
