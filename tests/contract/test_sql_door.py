@@ -530,3 +530,34 @@ def test_import_rows_accepts_what_the_runtime_writes(door: Door, writer: Any) ->
     length, count, text = stored(door.admin, g)
     assert (length, count) == (4, 4)
     assert text == jsontext.dumps(b.nodes)
+
+
+def test_a_stale_append_is_refused_before_its_batch_is_read(door: Door, writer: Any) -> None:
+    """A stale expected_length is a conflict (CW409) found by a lookup, before the batch
+    is validated or written: even a batch its checks would refuse, and a graph that does
+    not exist yet is not created. A retry of nodes the graph holds is still no conflict."""
+    b = GraphBuilder()
+    b.system("contract")
+    a = b.goal("A")
+    g = graph_name()
+    append(writer, g, [b.nodes[0], a])
+    bad = {**b.inference("C", parents=[a["id"]]), "kind": "nonsense"}
+    with pytest.raises(psycopg.Error) as stale:
+        writer.execute(
+            "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, 1)",
+            (g, jsontext.dumps([bad])),
+        )
+    assert stale.value.sqlstate == "CW409"
+    fresh = graph_name()
+    with pytest.raises(psycopg.Error) as missing:
+        writer.execute(
+            "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, 3)",
+            (fresh, jsontext.dumps([b.nodes[0]])),
+        )
+    assert missing.value.sqlstate == "CW409"
+    assert _one(writer, "SELECT count(*) FROM cwstore.graphs WHERE name = %s", fresh) == 0
+    rows = writer.execute(
+        "SELECT seq, written FROM cwstore.append_v1(%s, %s::json, 0)",
+        (g, jsontext.dumps([b.nodes[0], a])),
+    ).fetchall()
+    assert rows == [(1, False), (2, False)]

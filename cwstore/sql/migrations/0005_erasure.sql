@@ -758,6 +758,32 @@ BEGIN
   RETURN true;
 END $$;
 
+CREATE FUNCTION cwstore._refuse_stale(p_graph text, p_graph_id bigint, p_nodes json,
+                                      p_expected bigint, p_length bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_ids text[];
+  v_held bigint := 0;
+BEGIN
+  -- A batch with a \u escape (a U+0000 or a lone surrogate may be among them, which
+  -- ->> refuses) is left to the check under the lock.
+  IF strpos(p_nodes::text, '\u') > 0 THEN
+    RETURN;
+  END IF;
+  v_ids := ARRAY(SELECT DISTINCT e ->> 'id' FROM json_array_elements(p_nodes) e);
+  IF p_graph_id IS NOT NULL AND array_position(v_ids, NULL) IS NULL THEN
+    SELECT count(*) INTO v_held FROM cwstore.nodes n
+     WHERE n.graph_id = p_graph_id AND n.id = ANY (v_ids);
+  END IF;
+  IF v_held < cardinality(v_ids) OR cardinality(v_ids) = 0 AND p_graph_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW409',
+      MESSAGE = format('graph %L has length %s, the writer expected %s', left(p_graph, 200),
+                       p_length, p_expected),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected,
+                                  'actual_length', p_length)::text;
+  END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION cwstore._payload_problem(p_text text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
@@ -959,6 +985,36 @@ BEGIN
     v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
   END IF;
 
+  -- The graph's row is found by its key (one shard on Citus): the name's first key,
+  -- else its chain (cwstore.graph_id_of). It is read first, without a lock, on its own:
+  -- the tenant check comes before anything else (a refused caller learns nothing of the
+  -- graph, and must not hold another tenant's counter row while it sits in its aborted
+  -- transaction), a statement that both reads a distributed table and calls the check
+  -- would run the check on the worker, where session_user is not the caller (Citus),
+  -- and a graph found here but gone once locked was erased meanwhile: the call must not
+  -- create it again.
+  v_graph_id := cwstore.graph_key(p_graph);
+  SELECT g.tenant, g.length INTO v_tenant, v_len FROM cwstore.graphs g
+   WHERE g.graph_id = v_graph_id AND g.name = p_graph;
+  IF NOT FOUND THEN
+    v_graph_id := cwstore.graph_id_of(p_graph);
+    IF v_graph_id IS NOT NULL THEN
+      SELECT g.tenant, g.length INTO v_tenant, v_len
+        FROM cwstore.graphs g WHERE g.graph_id = v_graph_id;
+    END IF;
+  END IF;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+  -- A stale expected length is refused before the batch is read: within a graph's life
+  -- its length only grows, so a length seen here that differs from the expected one
+  -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
+  -- of the batch is held already (a retry of a write that committed: not a conflict).
+  IF p_expected_length IS NOT NULL AND p_expected_length <> coalesce(v_len, 0) THEN
+    PERFORM cwstore._refuse_stale(p_graph, v_graph_id, p_nodes, p_expected_length,
+                                  coalesce(v_len, 0));
+  END IF;
+
   IF cwstore._lone_surrogate(p_nodes::text) THEN
     PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
       'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
@@ -1055,25 +1111,6 @@ BEGIN
   END IF;
   END IF;
 
-  -- The graph's row is found by its key (one shard on Citus): the name's first key,
-  -- else its chain (cwstore.graph_id_of). It is read before it is locked, on its own:
-  -- the tenant check comes before the lock (a refused caller must not hold another
-  -- tenant's counter row while it sits in its aborted transaction), a statement that
-  -- both reads a distributed table and calls the check would run the check on the
-  -- worker, where session_user is not the caller (Citus), and a graph found here but
-  -- gone once locked was erased meanwhile: the call must not create it again.
-  v_graph_id := cwstore.graph_key(p_graph);
-  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g
-   WHERE g.graph_id = v_graph_id AND g.name = p_graph;
-  IF NOT FOUND THEN
-    v_graph_id := cwstore.graph_id_of(p_graph);
-    IF v_graph_id IS NOT NULL THEN
-      SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_graph_id;
-    END IF;
-  END IF;
-  IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, v_tenant);
-  END IF;
   IF v_graph_id IS NULL THEN
     v_graph_id := cwstore.ensure_graph_v1(p_graph);
   END IF;
