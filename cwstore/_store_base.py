@@ -210,6 +210,26 @@ def tenant_settings(tenant: str | None) -> dict[str, str]:
     return {"cwstore.tenant": check_tenant(tenant)}
 
 
+def timeout_settings(statement_timeout: float | None) -> dict[str, str]:
+    """The session settings for a store's ``statement_timeout=`` option (seconds, more
+    than 0 and at most a day; ``{}`` for none).
+
+    Raises :class:`InputError` for anything else.
+    """
+    if statement_timeout is None:
+        return {}
+    if (
+        isinstance(statement_timeout, bool)
+        or not isinstance(statement_timeout, int | float)
+        or not 0 < statement_timeout <= 86_400
+    ):
+        raise InputError(
+            "statement_timeout is seconds, more than 0 and at most 86400, "
+            f"got {statement_timeout!r}"
+        )
+    return {"statement_timeout": f"{max(1, round(statement_timeout * 1000))}ms"}
+
+
 MAX_ERASE_BATCH = 2**31 - 1
 """The largest ``batch`` the erasure functions take (an SQL ``integer``)."""
 

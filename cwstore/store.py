@@ -56,6 +56,7 @@ from ._store_base import (
     state_from_text,
     stored_nodes,
     tenant_settings,
+    timeout_settings,
     vocabulary_arg,
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
@@ -105,6 +106,7 @@ def connect_sync(
     migrate_schema: bool = False,
     tenant: str | None = None,
     embedded: bool = False,
+    statement_timeout: float | None = None,
 ) -> Store:
     """Open an :class:`Store`.
 
@@ -123,18 +125,23 @@ def connect_sync(
     embedded:
         Start (or reuse) the embedded PostgreSQL in ``CWSTORE_HOME`` and use it
         (needs the ``server`` extra). Never implied.
+    statement_timeout:
+        Seconds any one statement of this store may run (PostgreSQL's
+        ``statement_timeout``, a session setting): past it the statement is cancelled
+        and the call raises :class:`StoreTimeoutError`. ``None``: the server's.
 
     Raises
     ------
     InputError
         (a :class:`ValueError`) no ``dsn``, no ``CWSTORE_DSN`` and not ``embedded``;
-        or both ``dsn`` and ``embedded``; or a bad ``tenant``. Nothing was started.
+        or both ``dsn`` and ``embedded``; or a bad ``tenant`` or ``statement_timeout``.
+        Nothing was started.
     SchemaNotReadyError
         The database holds no cwstore schema (run ``cwstore init``).
     DatabaseError
         The server could not be reached.
     """
-    settings = tenant_settings(tenant)
+    settings = tenant_settings(tenant) | timeout_settings(statement_timeout)
     real = resolve_dsn(dsn, embedded=embedded)
     if migrate_schema:
         migrate.migrate_dsn_sync(real)

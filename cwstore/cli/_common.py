@@ -105,7 +105,24 @@ def open_store(args: argparse.Namespace, *, migrate: bool = False) -> Store:
                 f"behind this client ({st.pending[0].filename} and {len(st.pending) - 1} "
                 "more pending): run `cwstore init` to bring it up to date"
             )
-    return connect_sync(dsn, min_size=1, max_size=2, migrate_schema=migrate)
+    return connect_sync(
+        dsn,
+        min_size=1,
+        max_size=2,
+        migrate_schema=migrate,
+        statement_timeout=None if migrate else read_timeout(),
+    )
+
+
+def read_timeout() -> float:
+    """Seconds any one statement of a command that only reads may run:
+    ``CWSTORE_STATEMENT_TIMEOUT``, else 300 (an export of a 1 GB graph takes about 25).
+    A command cut short says so and exits 1, and nothing is left running on the server."""
+    text = os.environ.get("CWSTORE_STATEMENT_TIMEOUT", "300")
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"CWSTORE_STATEMENT_TIMEOUT is seconds, got {text!r}") from None
 
 
 def as_of(args: argparse.Namespace) -> int | datetime | None:

@@ -1,8 +1,12 @@
-"""A read command never changes a database: on one without the schema, or with a schema
-behind this client, it is refused naming ``cwstore init`` and nothing is written; the
-commands that add data (``import``, ``append``) bring the schema up to date first."""
+"""A read command never changes a database, and is bounded in time: on one without the
+schema, or with a schema behind this client, it is refused naming ``cwstore init`` and
+nothing is written; the commands that add data (``import``, ``append``) bring the schema
+up to date first."""
 
 from __future__ import annotations
+
+import os
+import time
 
 import psycopg
 import pytest
@@ -63,3 +67,32 @@ def test_an_import_brings_the_schema_up_to_date(empty_db_dsn: str) -> None:
     assert run.returncode == 0, run.stderr.decode()
     assert _versions(empty_db_dsn) == [m.version for m in migrations()]
     assert cli("graphs", "--dsn", empty_db_dsn).returncode == 0
+
+
+def test_a_read_command_is_bounded_in_time(db_dsn: str) -> None:
+    """A command that only reads runs each statement under a time limit
+    (CWSTORE_STATEMENT_TIMEOUT, 300 s unless set): one kept waiting past it says so and
+    exits 1, and leaves nothing running on the server."""
+    env_before = os.environ.get("CWSTORE_STATEMENT_TIMEOUT")
+    os.environ["CWSTORE_STATEMENT_TIMEOUT"] = "0.5"
+    try:
+        with psycopg.connect(db_dsn) as lock:
+            lock.execute("LOCK TABLE cwstore.graphs IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            run = cli("graphs", "--dsn", db_dsn)
+            waited = time.monotonic() - started
+            lock.rollback()
+    finally:
+        if env_before is None:
+            os.environ.pop("CWSTORE_STATEMENT_TIMEOUT", None)
+        else:
+            os.environ["CWSTORE_STATEMENT_TIMEOUT"] = env_before
+    assert_refused(run, "cwstore graphs")
+    assert run.returncode == 1
+    assert waited < 60
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state = 'active' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert left == (0,)
