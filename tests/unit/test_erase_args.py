@@ -12,6 +12,7 @@ import pytest
 
 import cwstore
 from cwstore import GraphErasedError, InputError, UnknownGraphError
+from cwstore._store_base import timeout_settings
 from cwstore.cli import main
 from cwstore.cli.erase import parse_duration
 from cwstore.errors import from_sqlstate
@@ -130,3 +131,15 @@ def test_erase_needs_graph_or_tenant(capsys: pytest.CaptureFixture[str]) -> None
     assert caught.value.code == 2
     with pytest.raises(SystemExit):
         main(["erase", "--graph", "g", "--tenant", "t", "--yes"])
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "5", 86_401, float("nan")])
+def test_a_bad_statement_timeout_is_refused_before_connecting(bad: object) -> None:
+    with pytest.raises(InputError):
+        timeout_settings(bad)  # type: ignore[arg-type]
+
+
+def test_a_statement_timeout_is_milliseconds_of_the_session() -> None:
+    assert timeout_settings(None) == {}
+    assert timeout_settings(0.5) == {"statement_timeout": "500ms"}
+    assert timeout_settings(300) == {"statement_timeout": "300000ms"}
