@@ -206,11 +206,11 @@ async def status(conn: RawConnection, files: Sequence[Migration] | None = None) 
     return MigrationStatus(applied=applied, pending=plan(files, applied))
 
 
-async def migrate_dsn(dsn: str) -> list[int]:
-    """:func:`apply_migrations` on a connection of its own to ``dsn``, closed after.
-    Raises :class:`MigrationError`, or a cwstore error when the server cannot be
-    reached."""
-    conn = await open_raw(dsn)
+async def migrate_dsn(dsn: str, *, pooled: bool = False) -> list[int]:
+    """:func:`apply_migrations` on a connection of its own to ``dsn``, closed after
+    (``pooled``: ``dsn`` leads to a transaction-mode pooler). Raises
+    :class:`MigrationError`, or a cwstore error when the server cannot be reached."""
+    conn = await open_raw(dsn, pooled=pooled)
     try:
         return await apply_migrations(conn)
     except ERRORS as exc:

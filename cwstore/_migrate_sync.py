@@ -209,11 +209,11 @@ def status_sync(conn: RawConnection, files: Sequence[Migration] | None = None) -
     return MigrationStatus(applied=applied, pending=plan(files, applied))
 
 
-def migrate_dsn_sync(dsn: str) -> list[int]:
-    """:func:`apply_migrations_sync` on a connection of its own to ``dsn``, closed after.
-    Raises :class:`MigrationError`, or a cwstore error when the server cannot be
-    reached."""
-    conn = open_raw(dsn)
+def migrate_dsn_sync(dsn: str, *, pooled: bool = False) -> list[int]:
+    """:func:`apply_migrations_sync` on a connection of its own to ``dsn``, closed after
+    (``pooled``: ``dsn`` leads to a transaction-mode pooler). Raises
+    :class:`MigrationError`, or a cwstore error when the server cannot be reached."""
+    conn = open_raw(dsn, pooled=pooled)
     try:
         return apply_migrations_sync(conn)
     except ERRORS as exc:
