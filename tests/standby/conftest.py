@@ -1,0 +1,48 @@
+"""Fixtures for reading on a hot standby: the module's database written on the primary
+(``CWSTORE_TEST_DSN``) and read on a streaming standby of it.
+
+Needs ``CWSTORE_TEST_STANDBY_DSN``, a DSN of a hot standby of that server (its
+database name is replaced by the module's); skipped without one. ``.ci/run`` makes
+one with ``pg_basebackup -R`` on 127.0.0.1:5442.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+def caught_up(primary_dsn: str, standby_dsn: str, timeout: float = 30.0) -> None:
+    """Return once the standby has replayed everything the primary wrote until now."""
+    with psycopg.connect(primary_dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(standby_dsn, autocommit=True) as conn:
+        while True:
+            done = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0],)
+            ).fetchone()
+            if done and done[0]:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the standby did not replay up to {row[0]} in time")
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def standby_dsn(db_dsn: str) -> str:
+    """The module's database on the standby, once the standby holds it."""
+    standby = os.environ.get("CWSTORE_TEST_STANDBY_DSN")
+    if not standby:
+        pytest.skip("CWSTORE_TEST_STANDBY_DSN is not set: no hot standby")
+    dsn = make_conninfo(standby, dbname=str(conninfo_to_dict(db_dsn)["dbname"]))
+    with psycopg.connect(standby, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    assert row and row[0], "CWSTORE_TEST_STANDBY_DSN is not a standby"
+    caught_up(db_dsn, standby)
+    return dsn
