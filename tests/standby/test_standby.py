@@ -8,15 +8,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 import asyncpg
 import pytest
-from conftest import caught_up
+from support.replica import caught_up
 from support.stores import ThreadedStore
 
 import cwstore
+from cwstore.document import CausalNode
+from cwstore.drivers.asyncpg import url_dsn
 from cwstore.results import TailItem
 from cwstore.view.live import LiveHub
 
@@ -132,12 +134,10 @@ async def test_the_views_live_stream_on_the_standby_polls_promptly(
     graph = f"v-{uuid.uuid4().hex[:8]}"
     await _write(writer, graph, 0, 1)
     await asyncio.to_thread(caught_up, db_dsn, standby_dsn)
-    pool = await asyncpg.create_pool(
-        cwstore.drivers.asyncpg.url_dsn(standby_dsn), min_size=1, max_size=2
-    )
-    hub = LiveHub(cwstore.drivers.asyncpg.url_dsn(standby_dsn), pool, 4)
+    pool = await asyncpg.create_pool(url_dsn(standby_dsn), min_size=1, max_size=2)
+    hub = LiveHub(url_dsn(standby_dsn), pool, 4)
     hub.open()
-    stream = hub.follow(graph, 0)
+    stream = cast(AsyncGenerator[CausalNode, None], hub.follow(graph, 0))
     delays: list[float] = []
     try:
         async with asyncio.timeout(30):
