@@ -235,10 +235,11 @@ async def setup(conn: RawConnection, *, citus: bool = False, roles: bool = False
     )
 
 
-async def migrate_dsn(dsn: str) -> Setup:
-    """:func:`setup` on a connection of its own to ``dsn``, closed after. Raises
-    :class:`MigrationError`, or a cwstore error when the server cannot be reached."""
-    conn = await open_raw(dsn)
+async def migrate_dsn(dsn: str, *, pooled: bool = False) -> Setup:
+    """:func:`setup` on a connection of its own to ``dsn``, closed after (``pooled``:
+    ``dsn`` leads to a transaction-mode pooler). Raises :class:`MigrationError`, or a
+    cwstore error when the server cannot be reached."""
+    conn = await open_raw(dsn, pooled=pooled)
     try:
         return await setup(conn)
     except ERRORS as exc:

@@ -238,10 +238,11 @@ def setup_sync(conn: RawConnection, *, citus: bool = False, roles: bool = False)
     )
 
 
-def migrate_dsn_sync(dsn: str) -> Setup:
-    """:func:`setup_sync` on a connection of its own to ``dsn``, closed after. Raises
-    :class:`MigrationError`, or a cwstore error when the server cannot be reached."""
-    conn = open_raw(dsn)
+def migrate_dsn_sync(dsn: str, *, pooled: bool = False) -> Setup:
+    """:func:`setup_sync` on a connection of its own to ``dsn``, closed after (``pooled``:
+    ``dsn`` leads to a transaction-mode pooler). Raises :class:`MigrationError`, or a
+    cwstore error when the server cannot be reached."""
+    conn = open_raw(dsn, pooled=pooled)
     try:
         return setup_sync(conn)
     except ERRORS as exc:

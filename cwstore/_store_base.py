@@ -7,6 +7,7 @@ two stores stay twins without duplicating logic.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,9 +36,12 @@ from .results import ErasedGraph, ErasedIdleGraph, GraphInfo, IdleGraph, KeyVers
 
 __all__ = [
     "COPY_COLUMNS",
+    "POOLERS",
     "ImportPlan",
     "PreparedBatch",
     "check_graph_name",
+    "check_poll_interval",
+    "check_pooler",
     "export_text",
     "js_now",
     "key_version",
@@ -198,6 +202,33 @@ def check_tenant(tenant: Any) -> str:
             f"tenant must be a non-empty string without NUL or lone surrogates, got {tenant!r}"
         )
     return tenant
+
+
+POOLERS = ("none", "transaction")
+"""What may sit between a client and PostgreSQL: nothing (or a session-mode pooler),
+or a transaction-mode pooler such as PgBouncer's ``pool_mode = transaction``."""
+
+
+def check_pooler(pooler: str | None) -> bool:
+    """Whether connections go through a transaction-mode pooler: ``pooler``, else the
+    ``CWSTORE_POOLER`` environment variable, else ``"none"``.
+
+    Raises :class:`InputError` for any other value than those of :data:`POOLERS`.
+    """
+    value = (os.environ.get("CWSTORE_POOLER") or "none") if pooler is None else pooler
+    if value not in POOLERS:
+        raise InputError(f"pooler must be one of {', '.join(POOLERS)}, got {value!r}")
+    return value == "transaction"
+
+
+def check_poll_interval(seconds: float) -> float:
+    """A follower's polling interval: a positive number of seconds, at most an hour.
+
+    Raises :class:`InputError` otherwise.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
+        raise InputError(f"poll_interval must be seconds in (0, 3600], got {seconds!r}")
+    return float(seconds)
 
 
 def tenant_settings(tenant: str | None) -> dict[str, str]:

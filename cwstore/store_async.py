@@ -7,10 +7,11 @@ the rules live in the database and this class stays thin: prepare arguments with
 This module is written once: ``tools/async_to_sync.py`` generates :mod:`cwstore.store`
 (the sync :class:`Store`, over psycopg) from it, and CI fails when the two drift.
 
-Nothing here relies on session state: appends and reads work through a
-transaction-mode pooler. :meth:`AsyncStore.tail` and :meth:`AsyncStore.tail_all`
-LISTEN on a dedicated connection of their own (NOTIFY is only a wake-up; the table is
-the truth), which a transaction-mode pooler cannot hold: point those at the server.
+Through a transaction-mode pooler (``connect(pooler="transaction")``) the store keeps
+no session state: no prepared statement outlives its transaction, the tenant is set in
+each transaction. :meth:`AsyncStore.tail` and :meth:`AsyncStore.tail_all` LISTEN on a
+dedicated connection of their own where it is direct to a primary (NOTIFY is only a
+wake-up; the table is the truth), and poll elsewhere (a hot standby, a pooler).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from ._store_base import (
     check_graph_name,
     check_idle,
     check_key,
+    check_poll_interval,
+    check_pooler,
     check_read_length,
     check_reason,
     check_tenant,
@@ -104,6 +107,9 @@ async def connect(
     tenant: str | None = None,
     embedded: bool = False,
     statement_timeout: float | None = None,
+    pooler: str | None = None,
+    listen_dsn: str | None = None,
+    poll_interval: float = 0.25,
 ) -> AsyncStore:
     """Open an :class:`AsyncStore`.
 
@@ -126,23 +132,47 @@ async def connect(
         Seconds any one statement of this store may run (PostgreSQL's
         ``statement_timeout``, a session setting): past it the statement is cancelled
         and the call raises :class:`StoreTimeoutError`. ``None``: the server's.
+    pooler:
+        ``"transaction"`` when ``dsn`` leads to a transaction-mode pooler (PgBouncer's
+        ``pool_mode = transaction``): then the store keeps no session state on its
+        connections (no prepared statement, ``tenant`` set in each transaction, no
+        LISTEN), at some cost per call (``docs/deploy.md``). ``"none"``: direct, or a
+        session-mode pooler. Defaults to the ``CWSTORE_POOLER`` environment variable,
+        else ``"none"``.
+    listen_dsn:
+        Where :meth:`~AsyncStore.tail` and :meth:`~AsyncStore.tail_all` follow from: a
+        direct connection to the primary, where they LISTEN. Without it, they listen
+        on ``dsn`` when it is direct to a primary, and poll every ``poll_interval``
+        seconds through a transaction-mode pooler or on a hot standby.
+    poll_interval:
+        Seconds between a polling follower's reads (0 < s <= 3600).
 
     Raises
     ------
     InputError
         (a :class:`ValueError`) no ``dsn``, no ``CWSTORE_DSN`` and not ``embedded``;
-        or both ``dsn`` and ``embedded``; or a bad ``tenant`` or ``statement_timeout``.
-        Nothing was started.
+        or both ``dsn`` and ``embedded``; or a bad ``tenant``, ``statement_timeout``,
+        ``pooler`` or ``poll_interval``. Nothing was started.
     SchemaNotReadyError
         The database holds no cwstore schema (run ``cwstore init``).
     DatabaseError
         The server could not be reached.
     """
     settings = tenant_settings(tenant) | timeout_settings(statement_timeout)
+    pooled = check_pooler(pooler)
+    interval = check_poll_interval(poll_interval)
     real = resolve_dsn(dsn, embedded=embedded)
     if migrate_schema:
-        await migrate.migrate_dsn(real)
-    pool = await AsyncpgPool.open(real, min_size=min_size, max_size=max_size, settings=settings)
+        await migrate.migrate_dsn(real, pooled=pooled)
+    pool = await AsyncpgPool.open(
+        real,
+        min_size=min_size,
+        max_size=max_size,
+        settings=settings,
+        pooled=pooled,
+        listen_dsn=listen_dsn,
+        poll_interval=interval,
+    )
     try:
         async with pool.connection() as conn:
             if not await conn.fetchval(q("schema_present")):
@@ -346,8 +376,7 @@ class AsyncStore:
             self._saved.forget(graph)
         # One snapshot for the length, the ids and the frontier: all from one life of
         # the graph, even when it is erased and created again meanwhile.
-        async with self._pool.connection() as conn, conn.transaction():
-            await conn.execute(q("read_snapshot"))
+        async with self._pool.connection() as conn, conn.transaction(snapshot=True):
             row = await conn.fetchrow(q("graph_get"), graph)
             stored = check_stored_length(graph, todo, row[1] if row else 0, expected_length)
             if stored and row is not None:

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._store_base import POOLERS, check_pooler
 from ..document import Vocabulary, parse_document
 from ..dsn import resolve_dsn
 from ..errors import InputError, SchemaNotReadyError
@@ -65,11 +66,28 @@ def add_vocab_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_dsn(p: argparse.ArgumentParser) -> None:
+def add_dsn(p: argparse.ArgumentParser, *, pooler: bool = True) -> None:
+    """``--dsn``; with ``pooler``, ``--pooler`` and ``--listen-dsn`` too (the commands
+    that open a store)."""
     p.add_argument(
         "--dsn",
         default=os.environ.get("CWSTORE_DSN"),
         help="PostgreSQL DSN (env CWSTORE_DSN); default: the embedded server in CWSTORE_HOME",
+    )
+    if not pooler:
+        return
+    p.add_argument(
+        "--pooler",
+        choices=POOLERS,
+        default=os.environ.get("CWSTORE_POOLER") or "none",
+        help="'transaction' when the DSN leads to a transaction-mode pooler such as "
+        "PgBouncer (env CWSTORE_POOLER; default none)",
+    )
+    p.add_argument(
+        "--listen-dsn",
+        default=os.environ.get("CWSTORE_LISTEN_DSN"),
+        help="a direct DSN to the primary where `tail` listens (env CWSTORE_LISTEN_DSN); "
+        "without it, tail polls through a pooler or on a standby",
     )
 
 
@@ -93,7 +111,7 @@ def open_store(args: argparse.Namespace, *, migrate: bool = False) -> Store:
 
     dsn = cli_dsn(args.dsn)
     if not migrate:
-        with open_raw(dsn) as conn:
+        with open_raw(dsn, pooled=check_pooler(args.pooler)) as conn:
             st = migrations.status_sync(conn)
         if not st.applied:
             raise SchemaNotReadyError(
@@ -111,6 +129,8 @@ def open_store(args: argparse.Namespace, *, migrate: bool = False) -> Store:
         max_size=2,
         migrate_schema=migrate,
         statement_timeout=None if migrate else read_timeout(),
+        pooler=args.pooler,
+        listen_dsn=args.listen_dsn,
     )
 
 

@@ -26,5 +26,5 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--graph", default=None, help="graph to write, must be new (default demo-<timestamp>)"
     )
-    add_dsn(p)
+    add_dsn(p, pooler=False)
     p.set_defaults(func=cmd_demo)

@@ -93,5 +93,5 @@ def register(sub: Any) -> None:
         help=f"longest a read may run; it then answers 503 (default "
         f"{DEFAULT_STATEMENT_TIMEOUT}; env CWSTORE_VIEW_STATEMENT_TIMEOUT)",
     )
-    add_dsn(p)
+    add_dsn(p, pooler=False)
     p.set_defaults(func=cmd_view)

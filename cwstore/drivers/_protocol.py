@@ -37,8 +37,10 @@ class AsyncConnection(Protocol):
         """Run ``query`` and discard what it returns."""
         ...
 
-    def transaction(self) -> AbstractAsyncContextManager[None]:
-        """A transaction: committed when the block ends, rolled back when it raises."""
+    def transaction(self, *, snapshot: bool = False) -> AbstractAsyncContextManager[None]:
+        """A transaction: committed when the block ends, rolled back when it raises.
+        With ``snapshot``, REPEATABLE READ and READ ONLY: every read in it sees one
+        snapshot. Settings given per transaction (through a pooler) are set first."""
         ...
 
     async def copy_records(
@@ -63,11 +65,14 @@ class AsyncConnection(Protocol):
 
 
 class AsyncListener(AsyncConnection, Protocol):
-    """A dedicated connection that listens on the ``cwstore`` channel."""
+    """A follower's connection: one that listens on the ``cwstore`` channel (direct to
+    a primary), or one that polls (a hot standby; through a transaction-mode pooler,
+    each statement on a pooled connection, in a transaction of its own)."""
 
     async def wait(self, timeout: float) -> None:
         """Return after a notification arrived since the last call, or after ``timeout``
-        seconds. A notification is only a wake-up: the caller reads the table."""
+        seconds; a polling follower returns after its polling interval instead. A
+        notification is only a wake-up: the caller reads the table."""
         ...
 
 
@@ -83,8 +88,11 @@ class AsyncPool(Protocol):
         ...
 
     def listener(self) -> AbstractAsyncContextManager[AsyncListener]:
-        """A new connection of its own (not from the pool) registered as a follower
-        (``LISTEN cwstore`` and query ``listen``), unregistered and closed on exit."""
+        """A follower. Direct to a primary (the pool's DSN, or the listen DSN the pool
+        was given): a new connection of its own (not from the pool) registered as a
+        follower (``LISTEN cwstore`` and query ``listen``), unregistered and closed on
+        exit. On a hot standby: a connection of its own that polls. Through a
+        transaction-mode pooler without a listen DSN: a poller over the pool."""
         ...
 
     async def close(self) -> None:
@@ -103,7 +111,7 @@ class Connection(Protocol):
 
     def execute(self, query: LiteralString, *args: Any) -> None: ...
 
-    def transaction(self) -> AbstractContextManager[None]: ...
+    def transaction(self, *, snapshot: bool = False) -> AbstractContextManager[None]: ...
 
     def copy_records(
         self,

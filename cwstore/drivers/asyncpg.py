@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any, LiteralString, TypeAlias
 from urllib.parse import quote, urlencode
 
@@ -24,6 +24,7 @@ from ._protocol import Row
 __all__ = [
     "ERRORS",
     "AsyncpgConnection",
+    "AsyncpgPoller",
     "AsyncpgPool",
     "DriverError",
     "RawConnection",
@@ -47,6 +48,8 @@ DriverError = asyncpg.PostgresError
 RawConnection: TypeAlias = asyncpg.Connection
 """The driver's own connection, as callers of :mod:`cwstore.migrate` hand it over."""
 _Q = queries()
+POLL_INTERVAL = 0.25
+"""Seconds between reads of a follower that cannot listen (standby, pooler)."""
 
 
 def url_dsn(dsn: str) -> str:
@@ -82,13 +85,26 @@ def wrap(exc: BaseException) -> Error:
     return DatabaseError(f"{type(exc).__name__}: {exc}")
 
 
-async def open_raw(dsn: str) -> RawConnection:
+async def open_raw(dsn: str, *, pooled: bool = False) -> RawConnection:
     """A connection of the driver's own to ``dsn``; a cwstore error when it cannot be
-    opened."""
+    opened. ``pooled``: the DSN leads to a transaction-mode pooler, so no statement is
+    kept prepared across transactions."""
     try:
-        return await asyncpg.connect(url_dsn(dsn))
+        return await asyncpg.connect(url_dsn(dsn), **_no_statement_cache(pooled))
     except _ERRORS as exc:
         raise wrap(exc) from exc
+
+
+def _no_statement_cache(pooled: bool) -> dict[str, Any]:
+    """asyncpg's options for a connection through a transaction-mode pooler: no named
+    prepared statement (each query is parsed in the transaction that runs it)."""
+    return {"statement_cache_size": 0} if pooled else {}
+
+
+_LOCAL_SETTINGS: LiteralString = (
+    "SELECT pg_catalog.set_config(k, v, true) FROM unnest($1::text[], $2::text[]) AS s(k, v)"
+)
+"""Sets settings for the current transaction only (a pooler's connection is shared)."""
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -107,21 +123,46 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class AsyncpgConnection:
     """An asyncpg connection behind the :class:`AsyncConnection` protocol."""
 
-    def __init__(self, raw: asyncpg.Connection | PoolConnectionProxy) -> None:
+    def __init__(
+        self,
+        raw: asyncpg.Connection | PoolConnectionProxy,
+        local_settings: Mapping[str, str] | None = None,
+    ) -> None:
         self.raw = raw
+        # Settings applied in every transaction (through a pooler, where a session
+        # setting would stay with a server connection other clients get next).
+        self._local = dict(local_settings or {})
+
+    @asynccontextmanager
+    async def _scope(self) -> AsyncIterator[None]:
+        """Run a statement in a transaction of its own that carries the local settings
+        (nothing to do without them, or inside a transaction, which has them)."""
+        if not self._local or self.raw.is_in_transaction():
+            yield
+            return
+        async with self.raw.transaction():
+            await self._apply_local()
+            yield
+
+    async def _apply_local(self) -> None:
+        await self.raw.execute(_LOCAL_SETTINGS, list(self._local), list(self._local.values()))
 
     async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
-        return [tuple(r) for r in await self.raw.fetch(query, *args)]
+        async with self._scope():
+            return [tuple(r) for r in await self.raw.fetch(query, *args)]
 
     async def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
-        row = await self.raw.fetchrow(query, *args)
+        async with self._scope():
+            row = await self.raw.fetchrow(query, *args)
         return None if row is None else tuple(row)
 
     async def fetchval(self, query: LiteralString, *args: Any) -> Any:
-        return await self.raw.fetchval(query, *args)
+        async with self._scope():
+            return await self.raw.fetchval(query, *args)
 
     async def execute(self, query: LiteralString, *args: Any) -> None:
-        await self.raw.execute(query, *args)
+        async with self._scope():
+            await self.raw.execute(query, *args)
 
     async def execute_script(self, script: LiteralString) -> None:
         """Run a multi-statement script (never prepared, no parameters)."""
@@ -132,8 +173,15 @@ class AsyncpgConnection:
         return self.raw.is_in_transaction()
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        async with self.raw.transaction():
+    async def transaction(self, *, snapshot: bool = False) -> AsyncIterator[None]:
+        nested = self.raw.is_in_transaction()
+        if snapshot:
+            tx = self.raw.transaction(isolation="repeatable_read", readonly=True)
+        else:
+            tx = self.raw.transaction()
+        async with tx:
+            if self._local and not nested:
+                await self._apply_local()
             yield
 
     async def copy_records(
@@ -219,22 +267,71 @@ async def _drawn(rows: Iterator[Row], count: int) -> list[Row]:
 
 
 class AsyncpgListener(AsyncpgConnection):
-    """A dedicated asyncpg connection listening on ``cwstore``."""
+    """A dedicated asyncpg connection that follows commits: it listens on ``cwstore``
+    when ``interval`` is None (a primary, reached directly), else it polls every
+    ``interval`` seconds (a hot standby, where LISTEN is refused and NOTIFY never
+    arrives)."""
 
-    def __init__(self, raw: asyncpg.Connection) -> None:
+    def __init__(self, raw: asyncpg.Connection, interval: float | None) -> None:
         super().__init__(raw)
         self._event = asyncio.Event()
+        self.interval = interval
 
     def _wake(self, *_: Any) -> None:
         self._event.set()
 
     async def wait(self, timeout: float) -> None:
+        if self.interval is not None:
+            timeout = self.interval
         with suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
         self._event.clear()
 
 
-async def close_listener(raw: asyncpg.Connection) -> None:
+class AsyncpgPoller:
+    """A follower through a transaction-mode pooler: every statement borrows a pooled
+    connection (one transaction each), and :meth:`wait` sleeps ``interval`` seconds, as
+    a LISTEN there would not be kept."""
+
+    def __init__(self, pool: AsyncpgPool, interval: float) -> None:
+        self._pool = pool
+        self.interval = interval
+
+    async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
+        async with self._pool.connection() as conn:
+            return await conn.fetch(query, *args)
+
+    async def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
+        async with self._pool.connection() as conn:
+            return await conn.fetchrow(query, *args)
+
+    async def fetchval(self, query: LiteralString, *args: Any) -> Any:
+        async with self._pool.connection() as conn:
+            return await conn.fetchval(query, *args)
+
+    async def execute(self, query: LiteralString, *args: Any) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(query, *args)
+
+    def transaction(self, *, snapshot: bool = False) -> AbstractAsyncContextManager[None]:
+        raise TypeError("a follower through a pooler runs single statements, not transactions")
+
+    async def copy_records(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Row],
+        *,
+        chunk_rows: int | None = None,
+    ) -> None:
+        raise TypeError("a follower through a pooler does not write")
+
+    async def wait(self, timeout: float) -> None:
+        await asyncio.sleep(self.interval)
+
+
+async def close_listener(raw: asyncpg.Connection, *, registered: bool = True) -> None:
     """Unregister and close a listener connection, even when the caller is cancelled.
 
     A cancel scope (anyio's, Starlette's on a client that left) cancels every await
@@ -244,8 +341,9 @@ async def close_listener(raw: asyncpg.Connection) -> None:
     its row in ``cwstore.listeners`` goes at the next follower's ``listen_v1``.
     """
     try:
-        with suppress(*_ERRORS):
-            await raw.execute(_Q["unlisten"])
+        if registered:
+            with suppress(*_ERRORS):
+                await raw.execute(_Q["unlisten"])
         with suppress(*_ERRORS):
             await raw.close()
     finally:
@@ -256,52 +354,90 @@ async def close_listener(raw: asyncpg.Connection) -> None:
 class AsyncpgPool:
     """An asyncpg pool behind the :class:`AsyncPool` protocol."""
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        dsn: str,
+        *,
+        pooled: bool = False,
+        local_settings: Mapping[str, str] | None = None,
+        listen_dsn: str | None = None,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> None:
         self._pool = pool
         self.dsn = dsn
+        self.pooled = pooled
+        self._local = dict(local_settings or {})
+        self._listen_dsn = listen_dsn
+        self._poll_interval = poll_interval
 
     @classmethod
     async def open(
-        cls, dsn: str, *, min_size: int, max_size: int, settings: Mapping[str, str]
+        cls,
+        dsn: str,
+        *,
+        min_size: int,
+        max_size: int,
+        settings: Mapping[str, str],
+        pooled: bool = False,
+        listen_dsn: str | None = None,
+        poll_interval: float = POLL_INTERVAL,
     ) -> AsyncpgPool:
-        """Open a pool of ``min_size`` to ``max_size`` connections, each with the
-        session ``settings``. Raises a cwstore error when the server cannot be reached."""
+        """Open a pool of ``min_size`` to ``max_size`` connections with ``settings``:
+        session settings on direct connections; with ``pooled`` (the DSN leads to a
+        transaction-mode pooler) settings of each transaction instead, and no prepared
+        statement kept. Raises a cwstore error when the server cannot be reached."""
         real = url_dsn(dsn)
         try:
             pool = await asyncpg.create_pool(
                 real,
                 min_size=min_size,
                 max_size=max_size,
-                server_settings=dict(settings),
+                server_settings={} if pooled else dict(settings),
                 reset=_keep_session,
+                **_no_statement_cache(pooled),
             )
         except _ERRORS as exc:
             raise wrap(exc) from exc
-        return cls(pool, real)
+        return cls(
+            pool,
+            real,
+            pooled=pooled,
+            local_settings=settings if pooled else None,
+            listen_dsn=None if listen_dsn is None else url_dsn(listen_dsn),
+            poll_interval=poll_interval,
+        )
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncpgConnection]:
         try:
             async with self._pool.acquire() as raw:
-                yield AsyncpgConnection(raw)
+                yield AsyncpgConnection(raw, self._local)
         except _ERRORS as exc:
             raise wrap(exc) from exc
 
     @asynccontextmanager
-    async def listener(self) -> AsyncIterator[AsyncpgListener]:
+    async def listener(self) -> AsyncIterator[AsyncpgListener | AsyncpgPoller]:
+        target = self._listen_dsn or (None if self.pooled else self.dsn)
+        if target is None:
+            yield AsyncpgPoller(self, self._poll_interval)
+            return
         try:
-            raw = await asyncpg.connect(self.dsn)
+            raw = await asyncpg.connect(target)
         except _ERRORS as exc:
             raise wrap(exc) from exc
-        conn = AsyncpgListener(raw)
+        standby = False
         try:
-            await raw.add_listener("cwstore", conn._wake)
-            await raw.execute(_Q["listen"])
+            standby = bool(await raw.fetchval("SELECT pg_catalog.pg_is_in_recovery()"))
+            conn = AsyncpgListener(raw, self._poll_interval if standby else None)
+            if not standby:
+                await raw.add_listener("cwstore", conn._wake)
+                await raw.execute(_Q["listen"])
             yield conn
         except _ERRORS as exc:
             raise wrap(exc) from exc
         finally:
-            await close_listener(raw)
+            await close_listener(raw, registered=not standby)
 
     async def close(self) -> None:
         await self._pool.close()

@@ -8,9 +8,10 @@ back the same values.
 from __future__ import annotations
 
 import select
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from itertools import islice
 from typing import Any, LiteralString, TypeAlias
 
@@ -28,6 +29,7 @@ __all__ = [
     "ERRORS",
     "DriverError",
     "PsycopgConnection",
+    "PsycopgPoller",
     "PsycopgPool",
     "RawConnection",
     "open_raw",
@@ -42,6 +44,12 @@ DriverError = psycopg.Error
 RawConnection: TypeAlias = "psycopg.Connection[Any]"
 """The driver's own connection, as callers of :mod:`cwstore.migrate` hand it over."""
 _Q = queries()
+POLL_INTERVAL = 0.25
+"""Seconds between reads of a follower that cannot listen (standby, pooler)."""
+_LOCAL_SETTINGS: LiteralString = (
+    "SELECT pg_catalog.set_config(k, v, true) FROM unnest($1::text[], $2::text[]) AS s(k, v)"
+)
+"""Sets settings for the current transaction only (a pooler's connection is shared)."""
 Conn = psycopg.Connection[TupleRow]
 
 
@@ -69,28 +77,48 @@ class _AbortCopy(Exception):
 class PsycopgConnection:
     """A psycopg connection behind the :class:`Connection` protocol."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, raw: psycopg.Connection[Any], local_settings: Mapping[str, str] | None = None
+    ) -> None:
         self.raw = raw
+        # Settings applied in every transaction (through a pooler, where a session
+        # setting would stay with a server connection other clients get next).
+        self._local = dict(local_settings or {})
 
     def _cursor(self) -> psycopg.RawCursor[TupleRow]:
         # $1 placeholders and plain tuples, whatever the connection's own factories.
         return psycopg.RawCursor(self.raw, row_factory=tuple_row)
 
-    def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
+    @contextmanager
+    def _scope(self) -> Iterator[None]:
+        """Run a statement in a transaction of its own that carries the local settings
+        (nothing to do without them, or inside a transaction, which has them)."""
+        if not self._local or self.in_transaction():
+            yield
+            return
+        with self.raw.transaction():
+            self._apply_local()
+            yield
+
+    def _apply_local(self) -> None:
         with self._cursor() as cur:
+            cur.execute(_LOCAL_SETTINGS, (list(self._local), list(self._local.values())))
+
+    def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
+        with self._scope(), self._cursor() as cur:
             return cur.execute(query, args).fetchall()
 
     def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
-        with self._cursor() as cur:
+        with self._scope(), self._cursor() as cur:
             return cur.execute(query, args).fetchone()
 
     def fetchval(self, query: LiteralString, *args: Any) -> Any:
-        with self._cursor() as cur:
+        with self._scope(), self._cursor() as cur:
             row = cur.execute(query, args).fetchone()
         return None if row is None else row[0]
 
     def execute(self, query: LiteralString, *args: Any) -> None:
-        with self._cursor() as cur:
+        with self._scope(), self._cursor() as cur:
             cur.execute(query, args)
 
     def execute_script(self, script: LiteralString) -> None:
@@ -103,8 +131,14 @@ class PsycopgConnection:
         return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, snapshot: bool = False) -> Iterator[None]:
+        nested = self.in_transaction()
         with self.raw.transaction():
+            if snapshot and not nested:
+                with self._cursor() as cur:
+                    cur.execute(_Q["read_snapshot"])
+            if self._local and not nested:
+                self._apply_local()
             yield
 
     def copy_records(
@@ -157,49 +191,137 @@ class PsycopgConnection:
             raise refused from None
 
 
-def open_raw(dsn: str) -> RawConnection:
+def open_raw(dsn: str, *, pooled: bool = False) -> RawConnection:
     """A connection of the driver's own to ``dsn`` (autocommit); a cwstore error when it
-    cannot be opened."""
+    cannot be opened. ``pooled``: the DSN leads to a transaction-mode pooler, so no
+    statement is kept prepared across transactions."""
     try:
-        return psycopg.connect(dsn, autocommit=True)
+        return psycopg.connect(dsn, autocommit=True, **_no_prepare(pooled))
     except _ERRORS as exc:
         raise wrap(exc) from exc
 
 
+def _no_prepare(pooled: bool) -> dict[str, Any]:
+    """psycopg's options for a connection through a transaction-mode pooler: never
+    prepare a statement on the server (each is sent unnamed, parsed where it runs)."""
+    return {"prepare_threshold": None} if pooled else {}
+
+
 class PsycopgListener(PsycopgConnection):
-    """A dedicated psycopg connection listening on ``cwstore``."""
+    """A dedicated psycopg connection that follows commits: it listens on ``cwstore``
+    when ``interval`` is None (a primary, reached directly), else it polls every
+    ``interval`` seconds (a hot standby, where LISTEN is refused and NOTIFY never
+    arrives)."""
+
+    def __init__(self, raw: psycopg.Connection[Any], interval: float | None) -> None:
+        super().__init__(raw)
+        self.interval = interval
 
     def wait(self, timeout: float) -> None:
+        if self.interval is not None:
+            time.sleep(self.interval)
+            return
         select.select([self.raw.fileno()], [], [], timeout)
         for _ in self.raw.notifies(timeout=0):
             pass
 
 
+class PsycopgPoller:
+    """A follower through a transaction-mode pooler: every statement borrows a pooled
+    connection (one transaction each), and :meth:`wait` sleeps ``interval`` seconds, as
+    a LISTEN there would not be kept."""
+
+    def __init__(self, pool: PsycopgPool, interval: float) -> None:
+        self._pool = pool
+        self.interval = interval
+
+    def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
+        with self._pool.connection() as conn:
+            return conn.fetch(query, *args)
+
+    def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
+        with self._pool.connection() as conn:
+            return conn.fetchrow(query, *args)
+
+    def fetchval(self, query: LiteralString, *args: Any) -> Any:
+        with self._pool.connection() as conn:
+            return conn.fetchval(query, *args)
+
+    def execute(self, query: LiteralString, *args: Any) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(query, *args)
+
+    def transaction(self, *, snapshot: bool = False) -> AbstractContextManager[None]:
+        raise TypeError("a follower through a pooler runs single statements, not transactions")
+
+    def copy_records(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Row],
+        *,
+        chunk_rows: int | None = None,
+    ) -> None:
+        raise TypeError("a follower through a pooler does not write")
+
+    def wait(self, timeout: float) -> None:
+        time.sleep(self.interval)
+
+
 class PsycopgPool:
     """A psycopg pool behind the :class:`Pool` protocol."""
 
-    def __init__(self, pool: ConnectionPool[Conn], dsn: str) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool[Conn],
+        dsn: str,
+        *,
+        pooled: bool = False,
+        local_settings: Mapping[str, str] | None = None,
+        listen_dsn: str | None = None,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> None:
         self._pool = pool
         self.dsn = dsn
+        self.pooled = pooled
+        self._local = dict(local_settings or {})
+        self._listen_dsn = listen_dsn
+        self._poll_interval = poll_interval
 
     @classmethod
     def open(
-        cls, dsn: str, *, min_size: int, max_size: int, settings: Mapping[str, str]
+        cls,
+        dsn: str,
+        *,
+        min_size: int,
+        max_size: int,
+        settings: Mapping[str, str],
+        pooled: bool = False,
+        listen_dsn: str | None = None,
+        poll_interval: float = POLL_INTERVAL,
     ) -> PsycopgPool:
-        """Open a pool of ``min_size`` to ``max_size`` connections, each with the
-        session ``settings``. Raises a cwstore error when the server cannot be reached."""
+        """Open a pool of ``min_size`` to ``max_size`` connections with ``settings``:
+        session settings on direct connections; with ``pooled`` (the DSN leads to a
+        transaction-mode pooler) settings of each transaction instead, and no prepared
+        statement kept. Raises a cwstore error when the server cannot be reached."""
 
         def configure(conn: Conn) -> None:
             _json_as_text(conn)
-            for name, value in settings.items():
-                conn.execute("SELECT set_config($1, $2, false)", (name, value))
+            if not pooled:
+                for name, value in settings.items():
+                    conn.execute("SELECT set_config($1, $2, false)", (name, value))
 
         try:
             pool: ConnectionPool[Conn] = ConnectionPool(
                 dsn,
                 min_size=min_size,
                 max_size=max_size,
-                kwargs={"autocommit": True, "cursor_factory": psycopg.RawCursor},
+                kwargs={
+                    "autocommit": True,
+                    "cursor_factory": psycopg.RawCursor,
+                    **_no_prepare(pooled),
+                },
                 configure=configure,
                 open=True,
             )
@@ -210,32 +332,48 @@ class PsycopgPool:
                 raise
         except _ERRORS as exc:
             raise wrap(exc) from exc
-        return cls(pool, dsn)
+        return cls(
+            pool,
+            dsn,
+            pooled=pooled,
+            local_settings=settings if pooled else None,
+            listen_dsn=listen_dsn,
+            poll_interval=poll_interval,
+        )
 
     @contextmanager
     def connection(self) -> Iterator[PsycopgConnection]:
         try:
             with self._pool.connection() as raw:
-                yield PsycopgConnection(raw)
+                yield PsycopgConnection(raw, self._local)
         except _ERRORS as exc:
             raise wrap(exc) from exc
 
     @contextmanager
-    def listener(self) -> Iterator[PsycopgListener]:
+    def listener(self) -> Iterator[PsycopgListener | PsycopgPoller]:
+        target = self._listen_dsn or (None if self.pooled else self.dsn)
+        if target is None:
+            yield PsycopgPoller(self, self._poll_interval)
+            return
         try:
-            raw = psycopg.connect(self.dsn, autocommit=True, cursor_factory=psycopg.RawCursor)
+            raw = psycopg.connect(target, autocommit=True, cursor_factory=psycopg.RawCursor)
         except _ERRORS as exc:
             raise wrap(exc) from exc
         _json_as_text(raw)
+        standby = False
         try:
-            raw.execute("LISTEN cwstore")
-            raw.execute(_Q["listen"])
-            yield PsycopgListener(raw)
+            row = raw.execute("SELECT pg_catalog.pg_is_in_recovery()").fetchone()
+            standby = bool(row and row[0])
+            if not standby:
+                raw.execute("LISTEN cwstore")
+                raw.execute(_Q["listen"])
+            yield PsycopgListener(raw, self._poll_interval if standby else None)
         except _ERRORS as exc:
             raise wrap(exc) from exc
         finally:
-            with suppress(*_ERRORS):
-                raw.execute(_Q["unlisten"])
+            if not standby:
+                with suppress(*_ERRORS):
+                    raw.execute(_Q["unlisten"])
             raw.close()
 
     def close(self) -> None:

@@ -12,6 +12,10 @@ What this writes: the listening connection calls ``cwstore.listen_v1()``, which 
 one row (its backend's pid) in ``cwstore.listeners`` while it is open, because appends
 send their wake-up only while that table holds a row. ``unlisten_v1()`` deletes it when
 the last stream ends (or the row goes with the backend, at the next ``listen_v1``).
+
+On a hot standby (LISTEN is refused there and NOTIFY never arrives) the listening
+connection only finds that out and closes; streams then read every
+``STANDBY_POLL_SECONDS``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ log = logging.getLogger("cwstore.view")
 
 POLL_SECONDS = 5.0
 """A stream reads again after this long without a wake-up (a notification is a hint)."""
+STANDBY_POLL_SECONDS = 0.5
+"""On a hot standby, where nothing can LISTEN and no NOTIFY arrives, streams read this
+often instead."""
 _BATCH = 1000
 
 
@@ -53,6 +60,7 @@ class LiveHub:
         self._waiting: dict[asyncio.Event, int] = {}
         self._streams = 0
         self._listening: asyncio.Task[None] | None = None
+        self.poll_seconds = POLL_SECONDS
 
     @property
     def streams(self) -> int:
@@ -73,14 +81,21 @@ class LiveHub:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("live: cannot listen (%s); streams poll every %ss", exc, POLL_SECONDS)
             return
+        registered = False
         try:
+            if await conn.fetchval("SELECT pg_catalog.pg_is_in_recovery()"):
+                self.poll_seconds = STANDBY_POLL_SECONDS
+                log.info("live: a hot standby; streams poll every %ss", self.poll_seconds)
+                return
+            self.poll_seconds = POLL_SECONDS
             await conn.add_listener("cwstore", self._wake)
+            registered = True
             await conn.execute(q("listen"))
             await asyncio.Event().wait()  # until cancelled by the last stream's end
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("live: listening failed (%s)", exc)
         finally:
-            await close_listener(conn)
+            await close_listener(conn, registered=registered)
 
     def _start(self) -> None:
         if self._listening is None or self._listening.done():
@@ -114,6 +129,8 @@ class LiveHub:
         try:
             async with self._pool.acquire() as conn:
                 g = await conn.fetchrow(q("graph_get"), graph)
+                standby = await conn.fetchval("SELECT pg_catalog.pg_is_in_recovery()")
+            self.poll_seconds = STANDBY_POLL_SECONDS if standby else POLL_SECONDS
             if g is None:
                 raise UnknownGraphError(graph=graph)
             graph_id, incarnation, last = int(g[0]), int(g[3]), after
@@ -135,7 +152,7 @@ class LiveHub:
                     raise GraphErasedError(graph=graph)
                 if not rows:
                     with suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), POLL_SECONDS)
+                        await asyncio.wait_for(woken.wait(), self.poll_seconds)
         finally:
             self._waiting.pop(woken, None)
             self._streams -= 1

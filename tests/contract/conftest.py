@@ -5,6 +5,10 @@ once per client: ``asyncpg`` (:class:`cwstore.AsyncStore`) and ``psycopg-sync``
 (:class:`cwstore.Store`, each call run in a worker thread by :class:`ThreadedStore`,
 here and nowhere else). The database is the module's throwaway ``db_dsn`` (see
 ``tests/conftest.py``); tests keep apart by using a fresh graph name each (``graph``).
+
+With ``CWSTORE_TEST_POOLER_DSN`` (a transaction-mode pooler in front of the test
+server), the stores reach that database through the pooler, with
+``pooler="transaction"``; the other fixtures still connect directly.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from support.stores import ThreadedStore
 
 from cwstore import AsyncStore, connect, connect_sync
@@ -39,18 +44,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xfail(reason=CITUS_KNOWN_FAILURES[key], strict=True))
 
 
+def store_options(db_dsn: str) -> tuple[str, dict[str, Any]]:
+    """The DSN and options the stores connect with: ``db_dsn`` directly, or through
+    the pooler of ``CWSTORE_TEST_POOLER_DSN``."""
+    pooler = os.environ.get("CWSTORE_TEST_POOLER_DSN")
+    if not pooler:
+        return db_dsn, {}
+    dbname = str(conninfo_to_dict(db_dsn)["dbname"])
+    return make_conninfo(pooler, dbname=dbname), {"pooler": "transaction"}
+
+
 @pytest.fixture(params=CLIENTS)
 async def store(request: pytest.FixtureRequest, db_dsn: str) -> AsyncIterator[Any]:
     """A store on the module's database with async methods, once per client."""
+    dsn, options = store_options(db_dsn)
     if request.param == "asyncpg":
-        astore: AsyncStore = await connect(db_dsn, min_size=1, max_size=4, migrate_schema=False)
+        astore: AsyncStore = await connect(
+            dsn, min_size=1, max_size=4, migrate_schema=False, **options
+        )
         try:
             yield astore
         finally:
             await astore.close()
     else:
         sync = await asyncio.to_thread(
-            connect_sync, db_dsn, min_size=1, max_size=4, migrate_schema=False
+            connect_sync, dsn, min_size=1, max_size=4, migrate_schema=False, **options
         )
         threaded = ThreadedStore(sync)
         try:
