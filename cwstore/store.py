@@ -4,8 +4,9 @@
 """Store: the synchronous client, over the driver layer's :class:`Pool` (psycopg).
 
 Every write is one call of a SQL function (or, for import, one COPY between two), so
-the rules live in the database and this class stays thin: prepare arguments with
-:mod:`cwstore._store_base`, run a named query, map rows and errors back.
+the rules live in the database and this class stays thin: check arguments with
+:mod:`cwstore._args`, prepare what to send with :mod:`cwstore._store_base`, run a named
+query, map rows back with :mod:`cwstore._rows` (all three without I/O).
 
 This module is written once: ``tools/async_to_sync.py`` generates :mod:`cwstore.store`
 (the sync :class:`Store`, over psycopg) from it, and CI fails when the two drift.
@@ -26,14 +27,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from . import migrate
-from ._store_base import (
-    BULK_ANALYZE_THRESHOLD,
-    COPY_COLUMNS,
-    IMPORT_CHUNK_ROWS,
-    TAIL_BATCH_BYTES,
-    ImportPlan,
-    NodeLike,
-    StateLike,
+from ._args import (
     as_of_args,
     check_after,
     check_batch,
@@ -46,6 +40,11 @@ from ._store_base import (
     check_read_length,
     check_reason,
     check_tenant,
+    tenant_settings,
+    timeout_settings,
+    vocabulary_arg,
+)
+from ._rows import (
     erased_graph,
     erased_idle_graph,
     export_rows,
@@ -54,13 +53,19 @@ from ._store_base import (
     idle_graph,
     key_version,
     node_from_row,
-    prepare_batch,
-    q,
     state_from_text,
     stored_nodes,
-    tenant_settings,
-    timeout_settings,
-    vocabulary_arg,
+)
+from ._store_base import (
+    BULK_ANALYZE_THRESHOLD,
+    COPY_COLUMNS,
+    IMPORT_CHUNK_ROWS,
+    TAIL_BATCH_BYTES,
+    ImportPlan,
+    NodeLike,
+    StateLike,
+    prepare_batch,
+    q,
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
 from .drivers._protocol import Connection, Pool, Row

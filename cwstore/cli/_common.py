@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._store_base import POOLERS, check_pooler
+from .._args import POOLERS, check_pooler
 from ..document import Vocabulary, parse_document
 from ..dsn import resolve_dsn
 from ..errors import InputError, SchemaNotReadyError

@@ -33,7 +33,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) -> int:
     from .. import migrate, roles
-    from .._store_base import check_pooler
+    from .._args import check_pooler
     from ..drivers.psycopg import open_raw
 
     with open_raw(dsn, pooled=check_pooler(args.pooler)) as conn:

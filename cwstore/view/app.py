@@ -51,8 +51,8 @@ from .. import (
     UnknownGraphError,
     ValidationError,
 )
+from .._args import check_time
 from .._sql import queries
-from .._store_base import check_time
 from ..drivers.asyncpg import wrap
 from .live import Busy, LiveHub
 

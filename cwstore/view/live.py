@@ -28,7 +28,8 @@ from typing import Any
 
 import asyncpg
 
-from .._store_base import TAIL_BATCH_BYTES, node_from_row, q
+from .._rows import node_from_row
+from .._store_base import TAIL_BATCH_BYTES, q
 from ..document import CausalNode
 from ..drivers.asyncpg import close_listener
 from ..errors import Error, GraphErasedError, UnknownGraphError

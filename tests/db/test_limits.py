@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from cwstore import jsontext
-from cwstore._store_base import MAX_GRAPH_NAME_BYTES, check_graph_name
+from cwstore._args import MAX_GRAPH_NAME_BYTES, check_graph_name
 from cwstore.document import MAX_PAYLOAD_BYTES, Vocabulary, check_nodes
 from cwstore.errors import InputError
 from cwstore.identity import compute_id
