@@ -198,13 +198,23 @@ MAX_ERASE_BATCH = 2**31 - 1
 """The largest ``batch`` the erasure functions take (an SQL ``integer``)."""
 
 
+MAX_REASON_BYTES = 1000
+"""The longest reason an erasure records, in bytes of UTF-8 (the audit table's
+``erasures_reason_check``, the same number)."""
+
+
 def check_reason(reason: Any) -> str | None:
-    """An erasure's reason: ``None`` or a string PostgreSQL text can hold, else
-    :class:`InputError`."""
+    """An erasure's reason: ``None`` or a string PostgreSQL text can hold, of at most
+    :data:`MAX_REASON_BYTES`, else :class:`InputError`."""
     if reason is None:
         return None
     if not isinstance(reason, str) or "\x00" in reason or jsontext._bad_string(reason):
         raise InputError(f"reason must be a string without NUL or lone surrogates, got {reason!r}")
+    if len(reason.encode("utf-8")) > MAX_REASON_BYTES:
+        raise InputError(
+            f"a reason is at most {MAX_REASON_BYTES} bytes of UTF-8 "
+            f"(this one has {len(reason.encode('utf-8'))})"
+        )
     return reason
 
 

@@ -425,6 +425,7 @@ _CONSTRAINT_CODES: Mapping[str, tuple[str, str]] = {
     "edges_order_check": ("parent_order", "$.parents"),
     "nodes_resource_key_check": ("shape", "$.resourceKey"),
     "graphs_vocabulary_check": ("shape", "$.vocabulary"),
+    "erasures_reason_check": ("shape", "$.reason"),
 }
 """Named constraints of the node tables and the safeguard code each one holds."""
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from cwstore import jsontext
-from cwstore._args import MAX_GRAPH_NAME_BYTES, check_graph_name
+from cwstore._args import MAX_GRAPH_NAME_BYTES, MAX_REASON_BYTES, check_graph_name, check_reason
 from cwstore.document import MAX_PAYLOAD_BYTES, Vocabulary, check_nodes
 from cwstore.errors import InputError
 from cwstore.identity import compute_id
@@ -132,3 +132,23 @@ def test_large_payloads_are_checked_for_repeated_names_in_slices(
         row = conn.execute("SELECT cwstore._payload_problem(%s)", (text,)).fetchone()
     assert row is not None
     assert (row[0] is None) == unique, row
+
+
+def test_an_erasure_reason_has_one_limit_at_every_door(db_dsn: str) -> None:
+    """The clients and the audit table refuse a reason past 1,000 bytes alike; the
+    refused erasure erases nothing."""
+    check_reason("r" * MAX_REASON_BYTES)
+    with pytest.raises(InputError):
+        check_reason("r" * (MAX_REASON_BYTES + 1))
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("SELECT cwstore.ensure_graph_v1('reason-limit')")
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(
+                "SELECT cwstore.erase_graph_v1('reason-limit', %s)", ("r" * (MAX_REASON_BYTES + 1),)
+            )
+        left = conn.execute(
+            "SELECT count(*) FROM cwstore.graphs WHERE name = 'reason-limit'"
+        ).fetchone()
+    assert err.value.sqlstate == "23514"
+    assert err.value.diag.constraint_name == "erasures_reason_check"
+    assert left == (1,)

@@ -100,7 +100,8 @@ CREATE TABLE cwstore.erasures (
   erased_by    name NOT NULL DEFAULT session_user,
   reason       text,
   xid          bigint NOT NULL,
-  CONSTRAINT erasures_pkey PRIMARY KEY (graph_id, erasure_id)
+  CONSTRAINT erasures_pkey PRIMARY KEY (graph_id, erasure_id),
+  CONSTRAINT erasures_reason_check CHECK (octet_length(reason) <= 1000)
 );
 CREATE INDEX erasures_xid_idx ON cwstore.erasures (xid);
 COMMENT ON TABLE cwstore.erasures IS
