@@ -540,11 +540,7 @@ def run_demo(
     graph:
         The graph to write (must hold no nodes); None for a new ``demo-…`` name.
     """
-    import psycopg
-    from psycopg import sql
-
     from .dsn import resolve_dsn
-    from .store import connect_sync
 
     if not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
@@ -559,6 +555,24 @@ def run_demo(
         out.print("starting (or reusing) the embedded PostgreSQL…", highlight=False)
     dsn = resolve_dsn(dsn_arg, embedded=None)
     graph = graph or _default_graph()
+    _start_graph(dsn, graph)
+    out.print(
+        f"graph [bold]{graph}[/bold]: {workers} worker processes x {steps} steps, "
+        f"all editing {APP_KEY} and the shared memory key "
+        f"semantic:{SHARED_MEMORY[0]}:{SHARED_MEMORY[1]}",
+        highlight=False,
+    )
+    _run_workers(dsn, graph, workers, steps, out)
+    half = _show_reads(dsn, graph, workers, out)
+    _print_next_steps(dsn, graph, half, embedded, out)
+    return 0
+
+
+def _start_graph(dsn: str, graph: str) -> None:
+    """Make the demo's graph, which must hold no nodes: its system node, declared as the
+    frontier (the first system node does not join it by the fold), so the first goal
+    (parents = the frontier) builds on it."""
+    from .store import connect_sync
 
     with connect_sync(dsn, min_size=1, max_size=2, migrate_schema=True) as store:
         try:
@@ -571,16 +585,12 @@ def run_demo(
                 "(leave out --graph for a fresh name)"
             )
         system = _node("system", [], _SYSTEM_PROMPT, with_id=True)
-        # The first system node does not join the frontier by the fold; declare it as
-        # the frontier, so the first goal (parents = the frontier) builds on it.
         store.append(graph, [system], frontier=[system["id"]])
 
-    out.print(
-        f"graph [bold]{graph}[/bold]: {workers} worker processes x {steps} steps, "
-        f"all editing {APP_KEY} and the shared memory key "
-        f"semantic:{SHARED_MEMORY[0]}:{SHARED_MEMORY[1]}",
-        highlight=False,
-    )
+
+def _run_workers(dsn: str, graph: str, workers: int, steps: int, out: Console) -> None:
+    """Run the worker processes to the end, live on ``out``, then say what they wrote;
+    raises :class:`cwstore.Error` when any failed (no process is left behind)."""
     ctx = multiprocessing.get_context("spawn")
     report = ctx.Queue()
     go = ctx.Event()
@@ -625,6 +635,15 @@ def run_demo(
         highlight=False,
     )
 
+
+def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
+    """The latest answer, (a) its causal history in SQL, (b) a point-in-time read at
+    half the graph beside now; returns that half-way sequence."""
+    import psycopg
+    from psycopg import sql
+
+    from .store import connect_sync
+
     with connect_sync(dsn, min_size=1, max_size=1, migrate_schema=False) as store:
         now = store.project(graph)
         half = max(1, now.length // 2)
@@ -662,8 +681,11 @@ def run_demo(
         markup=False,
         highlight=False,
     )
+    return half
 
-    # (c) Where to go from here.
+
+def _print_next_steps(dsn: str, graph: str, half: int, embedded: bool, out: Console) -> None:
+    """(c) The commands to explore the graph further: psql, the CLI, the view."""
     shown, hidden = _display_dsn(dsn)
     dsn_flag = "" if embedded or os.environ.get("CWSTORE_DSN") else f" --dsn {shlex.quote(shown)}"
     g = shlex.quote(graph)
@@ -684,4 +706,3 @@ def run_demo(
         )
     out.print("\n[bold]See its history in the browser[/bold] (needs the 'view' extra)")
     out.print(f"cwstore view --graph {g}{dsn_flag}", markup=False, highlight=False)
-    return 0
