@@ -31,6 +31,11 @@
 --     validator requires; a payload over 64 kB is checked for repeated member names a
 --     slice at a time (_members_unique) instead of whole in jsonb, which took about 80
 --     times its text in memory.
+--   * The nodes trigger and append_v1 split into functions named for what they do
+--     (_check_semantic, _derive_node, _derive_parents, _derive_chains, _count_kinds,
+--     _advance_length; _frontier_heads, _writer_graph, _batch_fields, _refuse_repeated,
+--     _lock_for_append, _refuse_changed, _declare_after_append); nothing they accept or
+--     write changed.
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 --
@@ -185,51 +190,18 @@ CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON cwstore.erasures
 
 -- 40_derive
 
-CREATE OR REPLACE FUNCTION cwstore._nodes_inserted() RETURNS trigger
-LANGUAGE plpgsql AS $body$
+CREATE FUNCTION cwstore._check_semantic(p_graph_id bigint, p_seqs bigint[], p_ids text[],
+                                        p_payloads text[], p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
   r record;
-  nd record;
-  v_head record;
-  v_folds boolean;
-  v_rows bigint;
-  v_semantic boolean;
-  v_keyed boolean;
-  v_gid bigint;
   v_vocab text[];
-  v_gids bigint[];
-  v_los bigint[];
-  v_his bigint[];
-  v_cnts bigint[];
-  v_lo bigint;
-  v_hi bigint;
-  v_cnt bigint;
-  v_work_mem text;
-  v_jit text;
 BEGIN
-  -- The batch's graphs (usually one) with their first and last sequence and count: the
-  -- statements below read one graph at a time, never joining this transition table to
-  -- another table (Citus cannot plan that join on a shard).
-  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt),
-         sum(x.cnt), bool_or(x.semantic), bool_or(x.keyed)
-    INTO v_gids, v_los, v_his, v_cnts, v_rows, v_semantic, v_keyed
-    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
-                 bool_or(n.kind = 'semantic') AS semantic,
-                 bool_or(n.resource_key IS NOT NULL) AS keyed
-            FROM new_nodes n GROUP BY n.graph_id) x;
-  IF v_gids IS NULL THEN
-    RETURN NULL;
-  END IF;
-
-  -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
-  IF v_semantic THEN
-  FOREACH v_gid IN ARRAY v_gids LOOP
-  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = v_gid;
-  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, v_vocab AS vocabulary
-    INTO r
-    FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
-                 cwstore.payload_jsonb(n.payload_text) AS payload
-            FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid) n
+  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+  SELECT n.seq, n.id, n.payload INTO r
+    FROM (SELECT u.seq, u.id, u.resource_key, u.o, cwstore.payload_jsonb(u.payload_text) AS payload
+            FROM unnest(p_seqs, p_ids, p_payloads, p_keys) WITH ORDINALITY
+                   AS u(seq, id, payload_text, resource_key, o)) n
    WHERE NOT (
          jsonb_typeof(n.payload) = 'object'
      AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
@@ -241,128 +213,303 @@ BEGIN
      AND n.resource_key IS NOT DISTINCT FROM
          ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
      AND (v_vocab IS NULL OR (n.payload ->> 'type') = ANY (v_vocab)))
+   ORDER BY n.o
    LIMIT 1;
-  IF FOUND THEN
-    IF jsonb_typeof(r.payload -> 'type') = 'string'
-       AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
-       AND r.vocabulary IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (r.vocabulary))
-       AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
-           = ARRAY['content', 'key', 'type'] THEN
-      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
-        format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
-    ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
-       AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
-      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
-        format('semantic type %L is malformed', r.payload ->> 'type'));
-    END IF;
-    PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
-      'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+  IF NOT FOUND THEN
+    RETURN;
   END IF;
-  END LOOP;
+  IF jsonb_typeof(r.payload -> 'type') = 'string'
+     AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+     AND v_vocab IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (v_vocab))
+     AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
+         = ARRAY['content', 'key', 'type'] THEN
+    PERFORM cwstore._violation('semantic_type', p_graph_id, r.seq, r.id, '$.payload.type',
+      format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
+  ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
+     AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
+    PERFORM cwstore._violation('semantic_type', p_graph_id, r.seq, r.id, '$.payload.type',
+      format('semantic type %L is malformed', r.payload ->> 'type'));
+  END IF;
+  PERFORM cwstore._violation('semantic_payload', p_graph_id, r.seq, r.id, '$.payload',
+    'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+END $$;
+
+CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text, p_kind text,
+                                     p_parents text[], p_key text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_folds boolean := NOT (p_kind = 'semantic' OR (p_kind = 'system' AND cardinality(p_parents) = 0));
+  v_head record;
+BEGIN
+  WITH e AS (
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    SELECT p_graph_id, p_seq, u.o::integer - 1,
+           CASE
+             WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
+               THEN cwstore._violation('parent_order', p_graph_id, p_seq, p_id,
+                 format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
+             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id, p_seq,
+               p_id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
+             WHEN m.seq >= p_seq THEN cwstore._violation('parent_order', p_graph_id, p_seq,
+               p_id, format('$.parents[%s]', u.o - 1),
+               format('parent %s is not earlier in sequence', u.pid))
+             ELSE m.seq
+           END
+      FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
+              FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
+      LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                          WHERE m.graph_id = p_graph_id AND m.id = u.pid) m ON true
+     ORDER BY u.o
+    RETURNING parent_seq),
+  closed AS (
+    UPDATE cwstore.frontier_spans s SET to_seq = p_seq
+      FROM e
+     WHERE v_folds AND s.graph_id = p_graph_id AND s.head_seq = e.parent_seq
+       AND s.to_seq = cwstore.infinity_seq()),
+  opened AS (
+    INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+    SELECT p_graph_id, p_seq, p_seq, 0, cwstore.infinity_seq() WHERE v_folds)
+  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+  SELECT p_graph_id, p_kind, p_seq,
+         coalesce((SELECT k.n FROM cwstore.kind_counts k
+                    WHERE k.graph_id = p_graph_id AND k.kind = p_kind
+                    ORDER BY k.seq DESC LIMIT 1), 0) + 1;
+
+  IF p_key IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT h.head_seq, h.head_id, h.version INTO v_head
+    FROM cwstore.key_heads h WHERE h.graph_id = p_graph_id AND h.key = p_key;
+  IF FOUND THEN
+    IF NOT (v_head.head_id = ANY (p_parents)) THEN
+      PERFORM cwstore._chain_conflict(p_graph_id, p_key, p_seq, p_id, v_head.head_id, p_parents);
+    END IF;
+    UPDATE cwstore.key_versions SET to_seq = p_seq
+     WHERE graph_id = p_graph_id AND key = p_key AND node_seq = v_head.head_seq;
+    UPDATE cwstore.key_heads SET head_seq = p_seq, head_id = p_id, version = v_head.version + 1
+     WHERE graph_id = p_graph_id AND key = p_key;
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, v_head.version + 1, p_seq, cwstore.infinity_seq());
+  ELSE
+    INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
+    VALUES (p_graph_id, p_key, p_seq, p_id, 1, p_seq);
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, 1, p_seq, cwstore.infinity_seq());
+  END IF;
+END $$;
+
+CREATE FUNCTION cwstore._derive_parents(p_graph_id bigint, a_seq bigint[], a_id text[],
+                                        a_folds boolean[], p_child bigint[], p_id text[],
+                                        p_pos integer[], p_pid text[], p_prev text[],
+                                        p_folds boolean[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  p_seq bigint[];
+  c_parent bigint[];
+  c_at bigint[];
+BEGIN
+  IF p_child IS NOT NULL THEN
+    -- Parents in the batch itself are found by a join with it; only the others are
+    -- looked up one by one in the index (never a scan of the whole table).
+    SELECT array_agg(
+             CASE
+               WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id,
+                 p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                 format('parent %s does not exist', p.pid))
+               WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p_graph_id,
+                 p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                 format('parent %s is not earlier in sequence', p.pid))
+               WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+                 THEN cwstore._violation('parent_order', p_graph_id, p.child_seq, p.child_id,
+                 format('$.parents[%s]', p.position),
+                 'parents must be sorted ascending and listed once')
+               ELSE m.seq
+             END ORDER BY p.o)
+      INTO p_seq
+      FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
+             WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
+      LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
+      LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                                 WHERE m.graph_id = p_graph_id
+                                                   AND m.id = p.pid LIMIT 1)) AS seq) m
+        ON true;
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    SELECT p_graph_id, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
+    SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
+      FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
+              FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
+             WHERE u.f GROUP BY u.s) x;
+    -- Only open spans (the partial index), so this join stays small at any size.
+    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+      FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+     WHERE s.graph_id = p_graph_id AND s.head_seq = c.parent_seq
+       AND s.to_seq = cwstore.infinity_seq();
+  END IF;
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+  SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+    FROM unnest(a_seq, a_folds) AS n(seq, folds)
+    LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+   WHERE n.folds;
+END $$;
+
+CREATE FUNCTION cwstore._derive_chains(p_graph_id bigint, k_key text[], k_seq bigint[],
+                                       k_id text[], k_parents text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_key text[];
+  v_seq bigint[];
+  v_id text[];
+  v_version bigint[];
+  v_next bigint[];
+  v_first bigint[];
+  v_rn bigint[];
+  v_base bigint[];
+BEGIN
+  WITH k AS (
+    SELECT k.*, h.version AS base_version, h.head_seq,
+           CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+      FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
+                   row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
+                   lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
+              FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
+            WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
+      LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                          WHERE h.graph_id = p_graph_id AND h.key = k.key LIMIT 1) h ON true
+  )
+  SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
+         array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                        THEN coalesce(k.base_version, 0) + k.rn
+                        ELSE cwstore._chain_conflict(p_graph_id, k.key, k.seq, k.id,
+                                                     k.expected, k.parents)
+                   END),
+         array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
+         array_agg(k.head_seq)
+    INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
+    FROM k;
+  UPDATE cwstore.key_versions v SET to_seq = c.seq
+    FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
+   WHERE c.rn = 1 AND c.head_seq IS NOT NULL
+     AND v.graph_id = p_graph_id AND v.key = c.key AND v.node_seq = c.head_seq;
+  INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+  SELECT p_graph_id, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
+    FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
+  INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+  SELECT p_graph_id, u.key, u.seq, u.id, u.version, u.batch_first
+    FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
+           AS u(key, seq, id, version, next_seq, batch_first)
+   WHERE u.next_seq IS NULL
+  ON CONFLICT (graph_id, key) DO UPDATE
+    SET head_seq = excluded.head_seq, head_id = excluded.head_id,
+        version = excluded.version;
+END $$;
+
+CREATE FUNCTION cwstore._count_kinds(p_graph_id bigint, a_seq bigint[], a_kind text[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  b_kind text[];
+  b_n bigint[];
+BEGIN
+  SELECT array_agg(d.kind), array_agg(
+           coalesce((SELECT k.n FROM cwstore.kind_counts k
+                      WHERE k.graph_id = p_graph_id AND k.kind = d.kind
+                      ORDER BY k.seq DESC LIMIT 1), 0))
+    INTO b_kind, b_n
+    FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
+  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+  SELECT p_graph_id, n.kind, n.seq,
+         b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
+    FROM unnest(a_seq, a_kind) AS n(seq, kind)
+    JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+END $$;
+
+CREATE FUNCTION cwstore._advance_length(p_graph_id bigint, p_lo bigint, p_hi bigint,
+                                        p_count bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+BEGIN
+  UPDATE cwstore.graphs g SET length = p_hi
+   WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count;
+  IF NOT FOUND THEN
+    SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'CW404',
+        MESSAGE = format('graph id %s does not exist', p_graph_id),
+        DETAIL = jsonb_build_object('graph_id', p_graph_id)::text;
+    END IF;
+    PERFORM cwstore._violation('sequence', p_graph_id, p_lo, NULL, '$.sequence',
+      format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+             r.name, r.length, r.length + 1, r.length + p_count, p_lo, p_hi));
+  END IF;
+  IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+    PERFORM pg_notify('cwstore', p_graph_id || ':' || p_hi);
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._nodes_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+DECLARE
+  nd record;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
+  v_gid bigint;
+  v_gids bigint[];
+  v_los bigint[];
+  v_his bigint[];
+  v_cnts bigint[];
+  v_work_mem text;
+  v_jit text;
+  a_seq bigint[];
+  a_id text[];
+  a_kind text[];
+  a_folds boolean[];
+  a_payload text[];
+  a_key text[];
+  p_child bigint[];
+  p_id text[];
+  p_pos integer[];
+  p_pid text[];
+  p_prev text[];
+  p_folds boolean[];
+  k_key text[];
+  k_seq bigint[];
+  k_id text[];
+  k_parents text[];
+BEGIN
+  -- The batch's graphs (usually one) with their first and last sequence and count.
+  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt),
+         sum(x.cnt), bool_or(x.semantic), bool_or(x.keyed)
+    INTO v_gids, v_los, v_his, v_cnts, v_rows, v_semantic, v_keyed
+    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
+                 bool_or(n.kind = 'semantic') AS semantic,
+                 bool_or(n.resource_key IS NOT NULL) AS keyed
+            FROM new_nodes n GROUP BY n.graph_id) x;
+  IF v_gids IS NULL THEN
+    RETURN NULL;
+  END IF;
+
+  IF v_semantic THEN
+    FOREACH v_gid IN ARRAY v_gids LOOP
+      SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
+             array_agg(n.payload_text ORDER BY n.seq), array_agg(n.resource_key ORDER BY n.seq)
+        INTO a_seq, a_id, a_payload, a_key
+        FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid;
+      IF a_seq IS NOT NULL THEN
+        PERFORM cwstore._check_semantic(v_gid, a_seq, a_id, a_payload, a_key);
+      END IF;
+    END LOOP;
   END IF;
 
   IF v_rows <= 3 THEN
-    -- Node by node, in sequence order. Per node one statement checks its parents (in
-    -- order: sorted and listed once, existing, earlier), records the edges, moves the
-    -- frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it
-    -- alone) and counts the node's kind; a keyed node then checks and moves its chain.
     FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
-      v_folds := NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0));
-      WITH e AS (
-        INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-        SELECT nd.graph_id, nd.seq, u.o::integer - 1,
-               CASE
-                 WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
-                   THEN cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
-                     format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
-                 WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', nd.graph_id, nd.seq,
-                   nd.id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
-                 WHEN m.seq >= nd.seq THEN cwstore._violation('parent_order', nd.graph_id, nd.seq,
-                   nd.id, format('$.parents[%s]', u.o - 1),
-                   format('parent %s is not earlier in sequence', u.pid))
-                 ELSE m.seq
-               END
-          FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
-                  FROM unnest(nd.parents) WITH ORDINALITY AS x(pid, o)) u
-          LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
-                              WHERE m.graph_id = nd.graph_id AND m.id = u.pid) m ON true
-         ORDER BY u.o
-        RETURNING parent_seq),
-      closed AS (
-        UPDATE cwstore.frontier_spans s SET to_seq = nd.seq
-          FROM e
-         WHERE v_folds AND s.graph_id = nd.graph_id AND s.head_seq = e.parent_seq
-           AND s.to_seq = cwstore.infinity_seq()),
-      opened AS (
-        INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-        SELECT nd.graph_id, nd.seq, nd.seq, 0, cwstore.infinity_seq() WHERE v_folds)
-      INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-      SELECT nd.graph_id, nd.kind, nd.seq,
-             coalesce((SELECT k.n FROM cwstore.kind_counts k
-                        WHERE k.graph_id = nd.graph_id AND k.kind = nd.kind
-                        ORDER BY k.seq DESC LIMIT 1), 0) + 1;
-
-      IF nd.resource_key IS NOT NULL THEN
-        SELECT h.head_seq, h.head_id, h.version INTO v_head
-          FROM cwstore.key_heads h WHERE h.graph_id = nd.graph_id AND h.key = nd.resource_key;
-        IF FOUND THEN
-          IF NOT (v_head.head_id = ANY (nd.parents)) THEN
-            PERFORM cwstore._chain_conflict(nd.graph_id, nd.resource_key, nd.seq, nd.id,
-                                            v_head.head_id, nd.parents);
-          END IF;
-          UPDATE cwstore.key_versions SET to_seq = nd.seq
-           WHERE graph_id = nd.graph_id AND key = nd.resource_key AND node_seq = v_head.head_seq;
-          UPDATE cwstore.key_heads SET head_seq = nd.seq, head_id = nd.id, version = v_head.version + 1
-           WHERE graph_id = nd.graph_id AND key = nd.resource_key;
-          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-          VALUES (nd.graph_id, nd.resource_key, v_head.version + 1, nd.seq, cwstore.infinity_seq());
-        ELSE
-          INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
-          VALUES (nd.graph_id, nd.resource_key, nd.seq, nd.id, 1, nd.seq);
-          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-          VALUES (nd.graph_id, nd.resource_key, 1, nd.seq, cwstore.infinity_seq());
-        END IF;
-      END IF;
+      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id, nd.kind, nd.parents,
+                                   nd.resource_key);
     END LOOP;
-
   ELSE
     v_work_mem := current_setting('work_mem');
     v_jit := current_setting('jit');
     PERFORM set_config('work_mem', '64MB', true), set_config('jit', 'off', true);
-    -- Set-based statements, graph by graph. Each graph's new rows are first read from
-    -- the transition table into arrays; the statements then work over unnest() of those
-    -- arrays and read and write the tables only where graph_id = the graph (Citus cannot
-    -- join a transition table to a distributed table on a shard; so it routes each
-    -- statement to the graph's local shard).
-    DECLARE
-      a_seq bigint[];
-      a_id text[];
-      a_kind text[];
-      a_folds boolean[];
-      p_child bigint[];
-      p_id text[];
-      p_pos integer[];
-      p_pid text[];
-      p_prev text[];
-      p_folds boolean[];
-      p_seq bigint[];
-      c_parent bigint[];
-      c_at bigint[];
-      k_key text[];
-      k_seq bigint[];
-      k_id text[];
-      k_parents text[];
-      v_key text[];
-      v_seq bigint[];
-      v_id text[];
-      v_version bigint[];
-      v_next bigint[];
-      v_first bigint[];
-      v_rn bigint[];
-      v_base bigint[];
-      b_kind text[];
-      b_n bigint[];
-    BEGIN
     FOREACH v_gid IN ARRAY v_gids LOOP
       SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
              array_agg(n.kind ORDER BY n.seq),
@@ -370,12 +517,9 @@ BEGIN
                        ORDER BY n.seq)
         INTO a_seq, a_id, a_kind, a_folds
         FROM new_nodes n WHERE n.graph_id = v_gid;
-
-      -- Parents: resolve, check existence, order and uniqueness, and record the edges;
-      -- then close the frontier spans of parents and open spans for the new heads (SPEC
-      -- 4's fold: semantic nodes and parentless system nodes leave the frontier alone).
-      -- (Each parent's predecessor by lag(): a text[] element found by its index is
-      -- read from the array's start, quadratic in a node's parents.)
+      -- One row per (child, parent), with the parent before it in the child's list.
+      -- (lag(), not an element found by its index: a text[] element is read from the
+      -- array's start, quadratic in a node's parents.)
       SELECT array_agg(u.seq), array_agg(u.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
              array_agg(u.prev), array_agg(u.folds)
         INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
@@ -385,144 +529,24 @@ BEGIN
                        AS folds
                 FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS x(pid, ord)
                WHERE n.graph_id = v_gid) u;
-      IF p_child IS NOT NULL THEN
-        -- Parents in the batch itself are found by a join with it; only the others are
-        -- looked up one by one in the index (never a scan of the whole table).
-        SELECT array_agg(
-                 CASE
-                   WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', v_gid,
-                     p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-                     format('parent %s does not exist', p.pid))
-                   WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', v_gid,
-                     p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-                     format('parent %s is not earlier in sequence', p.pid))
-                   WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
-                     THEN cwstore._violation('parent_order', v_gid, p.child_seq, p.child_id,
-                     format('$.parents[%s]', p.position),
-                     'parents must be sorted ascending and listed once')
-                   ELSE m.seq
-                 END ORDER BY p.o)
-          INTO p_seq
-          FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
-                 WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
-          LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
-          LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
-                                                     WHERE m.graph_id = v_gid
-                                                       AND m.id = p.pid LIMIT 1)) AS seq) m
-            ON true;
-        INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-        SELECT v_gid, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
-        SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
-          FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
-                  FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
-                 WHERE u.f GROUP BY u.s) x;
-        -- Only open spans (the partial index), so this join stays small at any size.
-        UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
-          FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
-         WHERE s.graph_id = v_gid AND s.head_seq = c.parent_seq
-           AND s.to_seq = cwstore.infinity_seq();
-      ELSE
-        c_parent := NULL;
-        c_at := NULL;
-      END IF;
-      INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-      SELECT v_gid, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
-        FROM unnest(a_seq, a_folds) AS n(seq, folds)
-        LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
-       WHERE n.folds;
-
-      -- Resource chains: the first new version of a key must link to the key's head, each
-      -- later one in the batch to the one before it. A node that does not is a lost race
-      -- (CW410), whoever wrote it.
+      PERFORM cwstore._derive_parents(v_gid, a_seq, a_id, a_folds, p_child, p_id, p_pos, p_pid,
+                                      p_prev, p_folds);
       IF v_keyed THEN
         SELECT array_agg(n.resource_key ORDER BY n.seq), array_agg(n.seq ORDER BY n.seq),
                array_agg(n.id ORDER BY n.seq), array_agg(n.parents::text ORDER BY n.seq)
           INTO k_key, k_seq, k_id, k_parents
           FROM new_nodes n WHERE n.graph_id = v_gid AND n.resource_key IS NOT NULL;
         IF k_key IS NOT NULL THEN
-          WITH k AS (
-            SELECT k.*, h.version AS base_version, h.head_seq,
-                   CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
-              FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
-                           row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
-                           lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
-                      FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
-                    WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
-              LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
-                                  WHERE h.graph_id = v_gid AND h.key = k.key LIMIT 1) h ON true
-          )
-          SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
-                 array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
-                                THEN coalesce(k.base_version, 0) + k.rn
-                                ELSE cwstore._chain_conflict(v_gid, k.key, k.seq, k.id,
-                                                             k.expected, k.parents)
-                           END),
-                 array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
-                 array_agg(k.head_seq)
-            INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
-            FROM k;
-          UPDATE cwstore.key_versions v SET to_seq = c.seq
-            FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
-           WHERE c.rn = 1 AND c.head_seq IS NOT NULL
-             AND v.graph_id = v_gid AND v.key = c.key AND v.node_seq = c.head_seq;
-          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-          SELECT v_gid, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
-            FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
-          INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
-          SELECT v_gid, u.key, u.seq, u.id, u.version, u.batch_first
-            FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
-                   AS u(key, seq, id, version, next_seq, batch_first)
-           WHERE u.next_seq IS NULL
-          ON CONFLICT (graph_id, key) DO UPDATE
-            SET head_seq = excluded.head_seq, head_id = excluded.head_id,
-                version = excluded.version;
+          PERFORM cwstore._derive_chains(v_gid, k_key, k_seq, k_id, k_parents);
         END IF;
       END IF;
-
-      -- Running counts by kind.
-      SELECT array_agg(d.kind), array_agg(
-               coalesce((SELECT k.n FROM cwstore.kind_counts k
-                          WHERE k.graph_id = v_gid AND k.kind = d.kind
-                          ORDER BY k.seq DESC LIMIT 1), 0))
-        INTO b_kind, b_n
-        FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
-      INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-      SELECT v_gid, n.kind, n.seq,
-             b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
-        FROM unnest(a_seq, a_kind) AS n(seq, kind)
-        JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+      PERFORM cwstore._count_kinds(v_gid, a_seq, a_kind);
     END LOOP;
-    END;
     PERFORM set_config('work_mem', v_work_mem, true), set_config('jit', v_jit, true);
   END IF;
 
-  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
-  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
-  -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
-  -- shard's worker, where a statement must name its graph to stay on the local shard.
-  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
-  -- a subscripted parameter in an UPDATE's SET list.)
   FOR i IN 1 .. cardinality(v_gids) LOOP
-    v_gid := v_gids[i];
-    v_lo := v_los[i];
-    v_hi := v_his[i];
-    v_cnt := v_cnts[i];
-    UPDATE cwstore.graphs g SET length = v_hi
-     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
-    IF NOT FOUND THEN
-      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
-      IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', v_gid),
-          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
-      END IF;
-      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
-        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
-    END IF;
-    IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
-      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
-    END IF;
+    PERFORM cwstore._advance_length(v_gids[i], v_los[i], v_his[i], v_cnts[i]);
   END LOOP;
   RETURN NULL;
 END
@@ -700,16 +724,24 @@ END $$;
 
 -- 60_write_api
 
+CREATE FUNCTION cwstore._json_values(p_bare text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT length(b) - length(translate(b, '{[', '')) + (length(b) - length(replace(b, '""', ''))) / 2
+         + regexp_count(b, '-?[0-9][0-9.eE+-]*|true|false|null')
+    FROM (SELECT replace(p_bare, '"":', ':') AS b) x
+$$;
+
 CREATE FUNCTION cwstore._members_unique_small(p_text text, p_bare text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
-  v_bare text := replace(p_bare, '"":', ':');
+  v_doc jsonb := cwstore.payload_jsonb(p_text);
 BEGIN
-  RETURN length(v_bare) - length(translate(v_bare, '{[', ''))
-         + (length(v_bare) - length(replace(v_bare, '""', ''))) / 2
-         + regexp_count(v_bare, '-?[0-9][0-9.eE+-]*|true|false|null')
-         = jsonb_array_length(jsonb_path_query_array(cwstore.payload_jsonb(p_text),
-                                                     'strict $.**.type()'));
+  IF length(p_bare) - length(translate(p_bare, '{[', '')) > 1000 THEN
+    RETURN cwstore._json_values(p_bare)
+           = cwstore._json_values(regexp_replace(v_doc::text, '"(\\.|[^"\\])*"', '""', 'g'));
+  END IF;
+  RETURN cwstore._json_values(p_bare)
+         = jsonb_array_length(jsonb_path_query_array(v_doc, 'strict $.**.type()'));
 END $$;
 
 CREATE FUNCTION cwstore._json_slices(p_values text[]) RETURNS SETOF text
@@ -832,13 +864,6 @@ BEGIN
                     coalesce(v_js, 'as 0'));
     END IF;
   END IF;
-  -- Repeated member names: jsonb keeps one member per name, so it holds fewer values
-  -- than the text when a name repeats. Values in the text: containers, strings that
-  -- are not member names, numbers and literals.
-  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
-     AND NOT cwstore._members_unique(p_text, v_bare) THEN
-    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
-  END IF;
   -- Nesting depth: the deepest point of the running count of brackets outside strings.
   IF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
      AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
@@ -846,6 +871,14 @@ BEGIN
                                 FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
                                                      NULL) WITH ORDINALITY AS t(c, o)) x) > 10000 THEN
     RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
+  END IF;
+  -- Repeated member names (after the depth, which bounds the stack their check takes):
+  -- jsonb keeps one member per name, so it holds fewer values than the text when a name
+  -- repeats. Values in the text: containers, strings that are not member names, numbers
+  -- and literals.
+  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
+     AND NOT cwstore._members_unique(p_text, v_bare) THEN
+    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
   END IF;
   RETURN NULL;
 END $$;
@@ -941,95 +974,60 @@ END $$;
 COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
   'Start importing into an empty graph: create or lock it; CW412 if it holds nodes. COPY rows into cwstore.nodes next, then declare_frontier_v1.';
 
-CREATE OR REPLACE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
-                                  p_expected_length bigint DEFAULT NULL,
-                                  p_frontier json DEFAULT NULL)
-RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
-               payload_text text)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan AS $$
+CREATE FUNCTION cwstore._frontier_heads(p_frontier json) RETURNS text[]
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_frontier IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF cwstore._lone_surrogate(p_frontier::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
+      'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+  IF json_typeof(p_frontier) <> 'array'
+     OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
+  THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
+                               'frontier must be a JSON array of node ids');
+  END IF;
+  RETURN ARRAY(SELECT json_array_elements_text(p_frontier));
+END $$;
+
+CREATE FUNCTION cwstore._writer_graph(p_graph text, OUT found_id bigint, OUT found_length bigint,
+                                      OUT found_tenant text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  found_id := cwstore.graph_key(p_graph);
+  SELECT g.length, g.tenant INTO found_length, found_tenant FROM cwstore.graphs g
+   WHERE g.graph_id = found_id AND g.name = p_graph;
+  IF NOT FOUND THEN
+    found_id := cwstore.graph_id_of(p_graph);
+    IF found_id IS NOT NULL THEN
+      SELECT g.length, g.tenant INTO found_length, found_tenant
+        FROM cwstore.graphs g WHERE g.graph_id = found_id;
+    END IF;
+  END IF;
+END $$;
+
+CREATE FUNCTION cwstore._batch_fields(p_nodes json, OUT b_ids text[], OUT b_kinds text[],
+                                      OUT b_parents text[], OUT b_payloads text[],
+                                      OUT b_created text[], OUT b_keys text[])
+LANGUAGE plpgsql AS $$
 DECLARE
-  v_graph_id bigint;
-  v_tenant text;
-  v_len bigint;
-  v_new bigint;
+  v_hidden boolean := false;
   v_bad bigint;
-  v_last bigint;
   v_problem text;
   v_bad_id text;
-  v_hidden boolean := false;
-  v_heads text[];
-  v_ids text[];
-  v_kinds text[];
-  v_parents text[];
-  v_payloads text[];
-  v_created text[];
-  v_keys text[];
-  v_now timestamptz := now();
 BEGIN
-  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
-    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
-                               'nodes must be a JSON array of node objects');
-  END IF;
-  IF p_frontier IS NOT NULL THEN
-    IF cwstore._lone_surrogate(p_frontier::text) THEN
-      PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
-        'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
-    END IF;
-    IF json_typeof(p_frontier) <> 'array'
-       OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
-    THEN
-      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
-                                 'frontier must be a JSON array of node ids');
-    END IF;
-    v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
-  END IF;
-
-  -- The graph's row is found by its key (one shard on Citus): the name's first key,
-  -- else its chain (cwstore.graph_id_of). It is read first, without a lock, on its own:
-  -- the tenant check comes before anything else (a refused caller learns nothing of the
-  -- graph, and must not hold another tenant's counter row while it sits in its aborted
-  -- transaction), a statement that both reads a distributed table and calls the check
-  -- would run the check on the worker, where session_user is not the caller (Citus),
-  -- and a graph found here but gone once locked was erased meanwhile: the call must not
-  -- create it again.
-  v_graph_id := cwstore.graph_key(p_graph);
-  SELECT g.tenant, g.length INTO v_tenant, v_len FROM cwstore.graphs g
-   WHERE g.graph_id = v_graph_id AND g.name = p_graph;
-  IF NOT FOUND THEN
-    v_graph_id := cwstore.graph_id_of(p_graph);
-    IF v_graph_id IS NOT NULL THEN
-      SELECT g.tenant, g.length INTO v_tenant, v_len
-        FROM cwstore.graphs g WHERE g.graph_id = v_graph_id;
-    END IF;
-  END IF;
-  IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, v_tenant);
-  END IF;
-  -- A stale expected length is refused before the batch is read: within a graph's life
-  -- its length only grows, so a length seen here that differs from the expected one
-  -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
-  -- of the batch is held already (a retry of a write that committed: not a conflict).
-  IF p_expected_length IS NOT NULL AND p_expected_length <> coalesce(v_len, 0) THEN
-    PERFORM cwstore._refuse_stale(p_graph, v_graph_id, p_nodes, p_expected_length,
-                                  coalesce(v_len, 0));
-  END IF;
-
   IF cwstore._lone_surrogate(p_nodes::text) THEN
     PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
       'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
   END IF;
-
   -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
   IF strpos(p_nodes::text, '\u0000') > 0 THEN
     v_hidden := true;
     p_nodes := cwstore._nul_hide(p_nodes::text)::json;
   END IF;
-
-  -- Read the batch once: each node's fields as JSON, checked for their JSON types, for
-  -- what the table's constraints would refuse and for _node_problem, so every client
-  -- gets a CW400 with the safeguard code, the node's position and the path.
   SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
          array_agg(f.parents::text ORDER BY f.o),
          array_agg(f.payload ORDER BY f.o),
@@ -1039,7 +1037,7 @@ BEGIN
          (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
          (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
             FILTER (WHERE f.problem IS NOT NULL))[1]
-    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new, v_problem, v_bad_id
+    INTO b_ids, b_kinds, b_parents, b_payloads, b_created, b_keys, v_bad, v_problem, v_bad_id
     FROM (SELECT c.*,
                  coalesce(c.problem0,
                           cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
@@ -1088,56 +1086,176 @@ BEGIN
                  AS r(id json, kind json, parents json, payload json, "createdAt" json,
                       "resourceKey" json)) c
           OFFSET 0) f;  -- a fence: each node's problem is computed once
-  IF v_new IS NOT NULL THEN
-    PERFORM cwstore._node_violation(v_problem, NULL, v_new, v_bad_id, v_new - 1);
+  IF v_bad IS NOT NULL THEN
+    PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
   END IF;
-  IF v_ids IS NULL THEN
-    v_ids := '{}';
-  END IF;
+  b_ids := coalesce(b_ids, '{}');
+END $$;
 
-  -- One id, one content: a node given again later in the batch must be the same node.
-  IF cardinality(v_ids) > 1 THEN
+CREATE FUNCTION cwstore._refuse_repeated(p_ids text[], p_kinds text[], p_parents text[],
+                                         p_payloads text[], p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad bigint;
+  v_bad_id text;
+BEGIN
   SELECT b.o, b.id INTO v_bad, v_bad_id
-    FROM unnest(v_ids) WITH ORDINALITY AS b(id, o)
-    JOIN unnest(v_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
+    FROM unnest(p_ids) WITH ORDINALITY AS b(id, o)
+    JOIN unnest(p_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
    WHERE NOT cwstore._same_content(
-           v_kinds[a.o], ARRAY(SELECT json_array_elements_text(v_parents[a.o]::json)),
-           v_payloads[a.o], v_keys[a.o],
-           v_kinds[b.o], ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
-           v_payloads[b.o], v_keys[b.o])
+           p_kinds[a.o], ARRAY(SELECT json_array_elements_text(p_parents[a.o]::json)),
+           p_payloads[a.o], p_keys[a.o],
+           p_kinds[b.o], ARRAY(SELECT json_array_elements_text(p_parents[b.o]::json)),
+           p_payloads[b.o], p_keys[b.o])
    ORDER BY b.o LIMIT 1;
   IF FOUND THEN
     PERFORM cwstore._violation('duplicate_id', NULL, v_bad, v_bad_id, format('$[%s].id', v_bad - 1),
       format('id %s is used by an earlier node of the batch with other content', v_bad_id));
   END IF;
-  END IF;
+END $$;
 
-  IF v_graph_id IS NULL THEN
-    v_graph_id := cwstore.ensure_graph_v1(p_graph);
-  END IF;
-
-  -- The counter row: lock it. Held until commit.
+CREATE FUNCTION cwstore._lock_for_append(p_graph text, p_graph_id bigint, p_expected bigint,
+                                         p_ids text[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_len bigint;
+BEGIN
   SELECT g.length INTO v_len
-    FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
+    FROM cwstore.graphs g WHERE g.graph_id = p_graph_id AND g.name = p_graph FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM cwstore._erased_meanwhile(p_graph);
   END IF;
   IF v_len = 0 THEN
-    PERFORM cwstore._check_after_erasure(p_graph, v_graph_id);
+    PERFORM cwstore._check_after_erasure(p_graph, p_graph_id);
   END IF;
-
-  -- A stale expected length is refused before anything is written, unless every node
-  -- of the batch is held already (a retry of a write that committed: not a conflict).
-  IF p_expected_length IS NOT NULL AND p_expected_length <> v_len
-     AND EXISTS (SELECT 1 FROM unnest(v_ids) AS u(id)
+  IF p_expected IS NOT NULL AND p_expected <> v_len
+     AND EXISTS (SELECT 1 FROM unnest(p_ids) AS u(id)
                   WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
-                                     WHERE n.graph_id = v_graph_id AND n.id = u.id)) THEN
+                                     WHERE n.graph_id = p_graph_id AND n.id = u.id)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
       MESSAGE = format('graph %L has length %s, the writer expected %s', left(p_graph, 200), v_len,
-                       p_expected_length),
-      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
+                       p_expected),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected,
                                   'actual_length', v_len)::text;
   END IF;
+  RETURN v_len;
+END $$;
+
+CREATE FUNCTION cwstore._refuse_changed(p_graph_id bigint, p_len bigint, p_ids text[],
+                                        p_kinds text[], p_parents text[], p_payloads text[],
+                                        p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad bigint;
+  v_bad_id text;
+  v_seq bigint;
+BEGIN
+  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_seq
+    FROM unnest(p_ids) WITH ORDINALITY AS u(id, o)
+    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.id = u.id AND n.seq <= p_len
+   WHERE NOT cwstore._same_content(
+           n.kind, n.parents, n.payload_text, n.resource_key,
+           p_kinds[u.o], ARRAY(SELECT json_array_elements_text(p_parents[u.o]::json)),
+           p_payloads[u.o], p_keys[u.o])
+   ORDER BY u.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', p_graph_id, v_bad, v_bad_id,
+      format('$[%s].id', v_bad - 1),
+      format('id %s is node %s of the graph, with other content', v_bad_id, v_seq));
+  END IF;
+END $$;
+
+CREATE FUNCTION cwstore._declare_after_append(p_graph_id bigint, p_len bigint, p_new bigint,
+                                              p_heads text[], p_ids text[], p_expected bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_last bigint;
+BEGIN
+  IF p_new = 0 THEN
+    SELECT max(n.seq) INTO v_last
+      FROM unnest(p_ids) AS u(id)
+      JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.id = u.id;
+    IF coalesce(p_expected, v_last, p_len) <> p_len
+       OR p_heads IS NOT DISTINCT FROM (
+            SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
+              FROM cwstore.frontier_spans s
+              JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()) THEN
+      RETURN;
+    END IF;
+  END IF;
+  INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+  VALUES (p_graph_id, p_len + p_new, p_heads);
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+                                  p_expected_length bigint DEFAULT NULL,
+                                  p_frontier json DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
+               payload_text text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_graph_id bigint;
+  v_tenant text;
+  v_len bigint;
+  v_new bigint;
+  v_heads text[];
+  v_found record;
+  v_batch record;
+  v_ids text[];
+  v_kinds text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_keys text[];
+  v_now timestamptz := now();
+BEGIN
+  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
+                               'nodes must be a JSON array of node objects');
+  END IF;
+  IF p_frontier IS NOT NULL THEN
+    v_heads := cwstore._frontier_heads(p_frontier);
+  END IF;
+
+  -- The graph's row is read first, without a lock, on its own: the tenant check comes
+  -- before anything else (a refused caller learns nothing of the graph, and must not
+  -- hold another tenant's counter row while it sits in its aborted transaction), a
+  -- statement that both reads a distributed table and calls the check would run the
+  -- check on the worker, where session_user is not the caller (Citus), and a graph found
+  -- here but gone once locked was erased meanwhile: the call must not create it again.
+  v_found := cwstore._writer_graph(p_graph);
+  v_graph_id := v_found.found_id;
+  v_len := v_found.found_length;
+  v_tenant := v_found.found_tenant;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+  -- A stale expected length is refused before the batch is read: within a graph's life
+  -- its length only grows, so a length seen here that differs from the expected one
+  -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
+  -- of the batch is held already (a retry of a write that committed: not a conflict).
+  IF p_expected_length IS NOT NULL AND p_expected_length <> coalesce(v_len, 0) THEN
+    PERFORM cwstore._refuse_stale(p_graph, v_graph_id, p_nodes, p_expected_length,
+                                  coalesce(v_len, 0));
+  END IF;
+
+  v_batch := cwstore._batch_fields(p_nodes);
+  v_ids := v_batch.b_ids;
+  v_kinds := v_batch.b_kinds;
+  v_parents := v_batch.b_parents;
+  v_payloads := v_batch.b_payloads;
+  v_created := v_batch.b_created;
+  v_keys := v_batch.b_keys;
+  IF cardinality(v_ids) > 1 THEN
+    PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+  END IF;
+  IF v_graph_id IS NULL THEN
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+  END IF;
+  v_len := cwstore._lock_for_append(p_graph, v_graph_id, p_expected_length, v_ids);
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
   -- numbered from the length read under the lock.
@@ -1164,43 +1282,14 @@ BEGIN
    WHERE g.graph_id = v_graph_id AND x.held IS NULL
    ORDER BY b.o;
   GET DIAGNOSTICS v_new = ROW_COUNT;
-
-  -- A node the graph held must be the same node: a retry, not other content under its
-  -- id. Only when the insert skipped some (raising undoes the insert).
+  -- Only when the insert skipped some (raising undoes the insert).
   IF v_new < cardinality(v_ids) THEN
-  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_last
-    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id AND n.seq <= v_len
-   WHERE NOT cwstore._same_content(
-           n.kind, n.parents, n.payload_text, n.resource_key,
-           v_kinds[u.o], ARRAY(SELECT json_array_elements_text(v_parents[u.o]::json)),
-           v_payloads[u.o], v_keys[u.o])
-   ORDER BY u.o LIMIT 1;
-  IF FOUND THEN
-    PERFORM cwstore._violation('duplicate_id', v_graph_id, v_bad, v_bad_id,
-      format('$[%s].id', v_bad - 1),
-      format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
+    PERFORM cwstore._refuse_changed(v_graph_id, v_len, v_ids, v_kinds, v_parents, v_payloads,
+                                    v_keys);
   END IF;
-  END IF;
-
-  -- The declared frontier is recorded after new nodes. When this call wrote nothing it
-  -- is recorded only if it changes the frontier and, with an expected_length, that is
-  -- current, or, without one, no node came after the batch's last: a retry after others
-  -- moved on must not move their frontier back.
-  IF v_heads IS NOT NULL AND v_new = 0 THEN
-    SELECT max(n.seq) INTO v_last
-      FROM unnest(v_ids) AS u(id)
-      JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id;
-  END IF;
-  IF v_heads IS NOT NULL AND (v_new > 0 OR (
-         coalesce(p_expected_length, v_last, v_len) = v_len
-     AND v_heads IS DISTINCT FROM (
-           SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
-             FROM cwstore.frontier_spans s
-             JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
-            WHERE s.graph_id = v_graph_id AND s.to_seq = cwstore.infinity_seq()))) THEN
-    INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
-    VALUES (v_graph_id, v_len + v_new, v_heads);
+  IF v_heads IS NOT NULL THEN
+    PERFORM cwstore._declare_after_append(v_graph_id, v_len, v_new, v_heads, v_ids,
+                                          p_expected_length);
   END IF;
 
   -- Every node new and given once: the rows are what was just written, in order.

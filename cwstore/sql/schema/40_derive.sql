@@ -30,63 +30,22 @@ BEGIN
                                 'linked_head', v_linked, 'current_head', p_expected)::text;
 END $$;
 
--- One trigger function, fired once per statement that inserts nodes. Its statements
--- are planned once per session and the plans kept, so a plan made for a one-node
--- append must not be reused for a 100,000-node import or the other way round: the
--- function has two ways to derive, each with statements of its own. For a batch of up
--- to 3 rows it derives node by node, one statement of short index lookups and writes
--- per node (and one more per keyed node), cheaper than the set-based statements for so
--- few; for a larger one, with set-based statements over the whole batch (with more
--- work_mem: they sort and hash whole batches; and no JIT: statements over unnest() have
--- no statistics, their cost estimates run high, and compiling them took longer than
--- running them). Both ways check the same rules and write the same rows
--- (tests/contract/test_derive_paths.py); the test suites run both.
-
-CREATE FUNCTION cwstore._nodes_inserted() RETURNS trigger
-LANGUAGE plpgsql AS $body$
+-- _check_semantic(graph_id, seqs, ids, payloads, keys): CW400 for the first of a graph's
+-- new semantic nodes (their sequences, ids, payload texts and resource keys) whose
+-- payload is not {type, key, content} of the right forms, whose resourceKey is not
+-- semantic:<type>:<key>, or whose type is outside the graph's fixed vocabulary.
+CREATE FUNCTION cwstore._check_semantic(p_graph_id bigint, p_seqs bigint[], p_ids text[],
+                                        p_payloads text[], p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
   r record;
-  nd record;
-  v_head record;
-  v_folds boolean;
-  v_rows bigint;
-  v_semantic boolean;
-  v_keyed boolean;
-  v_gid bigint;
   v_vocab text[];
-  v_gids bigint[];
-  v_los bigint[];
-  v_his bigint[];
-  v_cnts bigint[];
-  v_lo bigint;
-  v_hi bigint;
-  v_cnt bigint;
-  v_work_mem text;
-  v_jit text;
 BEGIN
-  -- The batch's graphs (usually one) with their first and last sequence and count: the
-  -- statements below read one graph at a time, never joining this transition table to
-  -- another table (Citus cannot plan that join on a shard).
-  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt),
-         sum(x.cnt), bool_or(x.semantic), bool_or(x.keyed)
-    INTO v_gids, v_los, v_his, v_cnts, v_rows, v_semantic, v_keyed
-    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
-                 bool_or(n.kind = 'semantic') AS semantic,
-                 bool_or(n.resource_key IS NOT NULL) AS keyed
-            FROM new_nodes n GROUP BY n.graph_id) x;
-  IF v_gids IS NULL THEN
-    RETURN NULL;
-  END IF;
-
-  -- Semantic nodes: payload shape, key format, resourceKey, vocabulary.
-  IF v_semantic THEN
-  FOREACH v_gid IN ARRAY v_gids LOOP
-  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = v_gid;
-  SELECT n.graph_id, n.seq, n.id, n.payload, n.resource_key, v_vocab AS vocabulary
-    INTO r
-    FROM (SELECT n.graph_id, n.seq, n.id, n.resource_key,
-                 cwstore.payload_jsonb(n.payload_text) AS payload
-            FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid) n
+  SELECT g.vocabulary INTO v_vocab FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+  SELECT n.seq, n.id, n.payload INTO r
+    FROM (SELECT u.seq, u.id, u.resource_key, u.o, cwstore.payload_jsonb(u.payload_text) AS payload
+            FROM unnest(p_seqs, p_ids, p_payloads, p_keys) WITH ORDINALITY
+                   AS u(seq, id, payload_text, resource_key, o)) n
    WHERE NOT (
          jsonb_typeof(n.payload) = 'object'
      AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(n.payload) k)
@@ -98,128 +57,342 @@ BEGIN
      AND n.resource_key IS NOT DISTINCT FROM
          ('semantic:' || (n.payload ->> 'type') || ':' || (n.payload ->> 'key'))
      AND (v_vocab IS NULL OR (n.payload ->> 'type') = ANY (v_vocab)))
+   ORDER BY n.o
    LIMIT 1;
-  IF FOUND THEN
-    IF jsonb_typeof(r.payload -> 'type') = 'string'
-       AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
-       AND r.vocabulary IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (r.vocabulary))
-       AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
-           = ARRAY['content', 'key', 'type'] THEN
-      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
-        format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
-    ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
-       AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
-      PERFORM cwstore._violation('semantic_type', r.graph_id, r.seq, r.id, '$.payload.type',
-        format('semantic type %L is malformed', r.payload ->> 'type'));
-    END IF;
-    PERFORM cwstore._violation('semantic_payload', r.graph_id, r.seq, r.id, '$.payload',
-      'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+  IF NOT FOUND THEN
+    RETURN;
   END IF;
-  END LOOP;
+  IF jsonb_typeof(r.payload -> 'type') = 'string'
+     AND (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$'
+     AND v_vocab IS NOT NULL AND NOT ((r.payload ->> 'type') = ANY (v_vocab))
+     AND (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(r.payload) k)
+         = ARRAY['content', 'key', 'type'] THEN
+    PERFORM cwstore._violation('semantic_type', p_graph_id, r.seq, r.id, '$.payload.type',
+      format('semantic type %L is not in the graph''s fixed vocabulary', r.payload ->> 'type'));
+  ELSIF jsonb_typeof(r.payload -> 'type') = 'string'
+     AND NOT (r.payload ->> 'type') ~ '^[a-z][a-z0-9_-]{0,47}$' THEN
+    PERFORM cwstore._violation('semantic_type', p_graph_id, r.seq, r.id, '$.payload.type',
+      format('semantic type %L is malformed', r.payload ->> 'type'));
+  END IF;
+  PERFORM cwstore._violation('semantic_payload', p_graph_id, r.seq, r.id, '$.payload',
+    'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
+END $$;
+
+-- _derive_node(graph_id, seq, id, kind, parents, resource_key): one new node's derived
+-- rows, for a statement of a few nodes, called in sequence order. One statement checks
+-- its parents (in order: sorted and listed once, existing, earlier), records the edges,
+-- moves the frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it
+-- alone) and counts the node's kind; a keyed node then checks and moves its chain.
+CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text, p_kind text,
+                                     p_parents text[], p_key text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_folds boolean := NOT (p_kind = 'semantic' OR (p_kind = 'system' AND cardinality(p_parents) = 0));
+  v_head record;
+BEGIN
+  WITH e AS (
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    SELECT p_graph_id, p_seq, u.o::integer - 1,
+           CASE
+             WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
+               THEN cwstore._violation('parent_order', p_graph_id, p_seq, p_id,
+                 format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
+             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id, p_seq,
+               p_id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
+             WHEN m.seq >= p_seq THEN cwstore._violation('parent_order', p_graph_id, p_seq,
+               p_id, format('$.parents[%s]', u.o - 1),
+               format('parent %s is not earlier in sequence', u.pid))
+             ELSE m.seq
+           END
+      FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
+              FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
+      LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                          WHERE m.graph_id = p_graph_id AND m.id = u.pid) m ON true
+     ORDER BY u.o
+    RETURNING parent_seq),
+  closed AS (
+    UPDATE cwstore.frontier_spans s SET to_seq = p_seq
+      FROM e
+     WHERE v_folds AND s.graph_id = p_graph_id AND s.head_seq = e.parent_seq
+       AND s.to_seq = cwstore.infinity_seq()),
+  opened AS (
+    INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+    SELECT p_graph_id, p_seq, p_seq, 0, cwstore.infinity_seq() WHERE v_folds)
+  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+  SELECT p_graph_id, p_kind, p_seq,
+         coalesce((SELECT k.n FROM cwstore.kind_counts k
+                    WHERE k.graph_id = p_graph_id AND k.kind = p_kind
+                    ORDER BY k.seq DESC LIMIT 1), 0) + 1;
+
+  IF p_key IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT h.head_seq, h.head_id, h.version INTO v_head
+    FROM cwstore.key_heads h WHERE h.graph_id = p_graph_id AND h.key = p_key;
+  IF FOUND THEN
+    IF NOT (v_head.head_id = ANY (p_parents)) THEN
+      PERFORM cwstore._chain_conflict(p_graph_id, p_key, p_seq, p_id, v_head.head_id, p_parents);
+    END IF;
+    UPDATE cwstore.key_versions SET to_seq = p_seq
+     WHERE graph_id = p_graph_id AND key = p_key AND node_seq = v_head.head_seq;
+    UPDATE cwstore.key_heads SET head_seq = p_seq, head_id = p_id, version = v_head.version + 1
+     WHERE graph_id = p_graph_id AND key = p_key;
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, v_head.version + 1, p_seq, cwstore.infinity_seq());
+  ELSE
+    INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
+    VALUES (p_graph_id, p_key, p_seq, p_id, 1, p_seq);
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, 1, p_seq, cwstore.infinity_seq());
+  END IF;
+END $$;
+
+-- _derive_parents(graph_id, batch nodes, batch parents): a batch's parents resolved and
+-- checked (existence, order, uniqueness), its edges recorded, the frontier spans of
+-- parents closed and spans opened for the new heads (SPEC 4's fold: semantic nodes and
+-- parentless system nodes leave the frontier alone). The batch's nodes come as
+-- sequences, ids and whether each folds; its parents one row per (child, position):
+-- child seq and id, position, parent id, the previous parent's id, the child's fold.
+CREATE FUNCTION cwstore._derive_parents(p_graph_id bigint, a_seq bigint[], a_id text[],
+                                        a_folds boolean[], p_child bigint[], p_id text[],
+                                        p_pos integer[], p_pid text[], p_prev text[],
+                                        p_folds boolean[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  p_seq bigint[];
+  c_parent bigint[];
+  c_at bigint[];
+BEGIN
+  IF p_child IS NOT NULL THEN
+    -- Parents in the batch itself are found by a join with it; only the others are
+    -- looked up one by one in the index (never a scan of the whole table).
+    SELECT array_agg(
+             CASE
+               WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id,
+                 p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                 format('parent %s does not exist', p.pid))
+               WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p_graph_id,
+                 p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+                 format('parent %s is not earlier in sequence', p.pid))
+               WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+                 THEN cwstore._violation('parent_order', p_graph_id, p.child_seq, p.child_id,
+                 format('$.parents[%s]', p.position),
+                 'parents must be sorted ascending and listed once')
+               ELSE m.seq
+             END ORDER BY p.o)
+      INTO p_seq
+      FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
+             WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
+      LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
+      LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                                 WHERE m.graph_id = p_graph_id
+                                                   AND m.id = p.pid LIMIT 1)) AS seq) m
+        ON true;
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    SELECT p_graph_id, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
+    SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
+      FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
+              FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
+             WHERE u.f GROUP BY u.s) x;
+    -- Only open spans (the partial index), so this join stays small at any size.
+    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+      FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+     WHERE s.graph_id = p_graph_id AND s.head_seq = c.parent_seq
+       AND s.to_seq = cwstore.infinity_seq();
+  END IF;
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+  SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+    FROM unnest(a_seq, a_folds) AS n(seq, folds)
+    LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+   WHERE n.folds;
+END $$;
+
+-- _derive_chains(graph_id, keys, seqs, ids, parents): a batch's keyed nodes (in sequence
+-- order; parents as text[] literals) moved onto their resource chains. The first new
+-- version of a key must link to the key's head, each later one in the batch to the one
+-- before it; a node that does not is a lost race (CW410), whoever wrote it.
+CREATE FUNCTION cwstore._derive_chains(p_graph_id bigint, k_key text[], k_seq bigint[],
+                                       k_id text[], k_parents text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_key text[];
+  v_seq bigint[];
+  v_id text[];
+  v_version bigint[];
+  v_next bigint[];
+  v_first bigint[];
+  v_rn bigint[];
+  v_base bigint[];
+BEGIN
+  WITH k AS (
+    SELECT k.*, h.version AS base_version, h.head_seq,
+           CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+      FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
+                   row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
+                   lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
+              FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
+            WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
+      LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                          WHERE h.graph_id = p_graph_id AND h.key = k.key LIMIT 1) h ON true
+  )
+  SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
+         array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                        THEN coalesce(k.base_version, 0) + k.rn
+                        ELSE cwstore._chain_conflict(p_graph_id, k.key, k.seq, k.id,
+                                                     k.expected, k.parents)
+                   END),
+         array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
+         array_agg(k.head_seq)
+    INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
+    FROM k;
+  UPDATE cwstore.key_versions v SET to_seq = c.seq
+    FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
+   WHERE c.rn = 1 AND c.head_seq IS NOT NULL
+     AND v.graph_id = p_graph_id AND v.key = c.key AND v.node_seq = c.head_seq;
+  INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+  SELECT p_graph_id, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
+    FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
+  INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+  SELECT p_graph_id, u.key, u.seq, u.id, u.version, u.batch_first
+    FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
+           AS u(key, seq, id, version, next_seq, batch_first)
+   WHERE u.next_seq IS NULL
+  ON CONFLICT (graph_id, key) DO UPDATE
+    SET head_seq = excluded.head_seq, head_id = excluded.head_id,
+        version = excluded.version;
+END $$;
+
+-- _count_kinds(graph_id, seqs, kinds): a batch's running counts by kind.
+CREATE FUNCTION cwstore._count_kinds(p_graph_id bigint, a_seq bigint[], a_kind text[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  b_kind text[];
+  b_n bigint[];
+BEGIN
+  SELECT array_agg(d.kind), array_agg(
+           coalesce((SELECT k.n FROM cwstore.kind_counts k
+                      WHERE k.graph_id = p_graph_id AND k.kind = d.kind
+                      ORDER BY k.seq DESC LIMIT 1), 0))
+    INTO b_kind, b_n
+    FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
+  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+  SELECT p_graph_id, n.kind, n.seq,
+         b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
+    FROM unnest(a_seq, a_kind) AS n(seq, kind)
+    JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+END $$;
+
+-- _advance_length(graph_id, lo, hi, count): gapless: a graph's new rows in a statement
+-- are exactly length+1 .. length+count (CW400 sequence otherwise, CW404 for an unknown
+-- graph); then the new length, and a wake-up for followers (NOTIFY is a hint; the table
+-- is the truth).
+CREATE FUNCTION cwstore._advance_length(p_graph_id bigint, p_lo bigint, p_hi bigint,
+                                        p_count bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+BEGIN
+  UPDATE cwstore.graphs g SET length = p_hi
+   WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count;
+  IF NOT FOUND THEN
+    SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'CW404',
+        MESSAGE = format('graph id %s does not exist', p_graph_id),
+        DETAIL = jsonb_build_object('graph_id', p_graph_id)::text;
+    END IF;
+    PERFORM cwstore._violation('sequence', p_graph_id, p_lo, NULL, '$.sequence',
+      format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
+             r.name, r.length, r.length + 1, r.length + p_count, p_lo, p_hi));
+  END IF;
+  IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
+    PERFORM pg_notify('cwstore', p_graph_id || ':' || p_hi);
+  END IF;
+END $$;
+
+-- The trigger, fired once per statement that inserts nodes: it reads the statement's new
+-- rows (the transition table, visible only here) into arrays, graph by graph, and hands
+-- them to the functions above. The statements of a plpgsql function are planned once
+-- per session and the plans kept, so a plan made for a one-node append must not be
+-- reused for a 100,000-node import or the other way round: there are two ways to
+-- derive, with functions of their own. A statement of up to 3 rows derives node by node
+-- (_derive_node: short index lookups and writes, cheaper than the set-based statements
+-- for so few); a larger one with set-based statements over each graph's batch
+-- (_derive_parents, _derive_chains, _count_kinds; with more work_mem: they sort and
+-- hash whole batches; and no JIT: statements over unnest() have no statistics, their
+-- cost estimates run high, and compiling them took longer than running them). Both ways
+-- check the same rules and write the same rows (tests/contract/test_derive_paths.py);
+-- the test suites run both.
+--
+-- Every statement reads one graph at a time, never joining the transition table to
+-- another table: on Citus this trigger fires on the shard's worker, which cannot plan
+-- such a join, and where a statement must name its graph to stay on the local shard.
+-- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on a
+-- subscripted parameter in an UPDATE's SET list.)
+CREATE FUNCTION cwstore._nodes_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+DECLARE
+  nd record;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
+  v_gid bigint;
+  v_gids bigint[];
+  v_los bigint[];
+  v_his bigint[];
+  v_cnts bigint[];
+  v_work_mem text;
+  v_jit text;
+  a_seq bigint[];
+  a_id text[];
+  a_kind text[];
+  a_folds boolean[];
+  a_payload text[];
+  a_key text[];
+  p_child bigint[];
+  p_id text[];
+  p_pos integer[];
+  p_pid text[];
+  p_prev text[];
+  p_folds boolean[];
+  k_key text[];
+  k_seq bigint[];
+  k_id text[];
+  k_parents text[];
+BEGIN
+  -- The batch's graphs (usually one) with their first and last sequence and count.
+  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt),
+         sum(x.cnt), bool_or(x.semantic), bool_or(x.keyed)
+    INTO v_gids, v_los, v_his, v_cnts, v_rows, v_semantic, v_keyed
+    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
+                 bool_or(n.kind = 'semantic') AS semantic,
+                 bool_or(n.resource_key IS NOT NULL) AS keyed
+            FROM new_nodes n GROUP BY n.graph_id) x;
+  IF v_gids IS NULL THEN
+    RETURN NULL;
+  END IF;
+
+  IF v_semantic THEN
+    FOREACH v_gid IN ARRAY v_gids LOOP
+      SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
+             array_agg(n.payload_text ORDER BY n.seq), array_agg(n.resource_key ORDER BY n.seq)
+        INTO a_seq, a_id, a_payload, a_key
+        FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid;
+      IF a_seq IS NOT NULL THEN
+        PERFORM cwstore._check_semantic(v_gid, a_seq, a_id, a_payload, a_key);
+      END IF;
+    END LOOP;
   END IF;
 
   IF v_rows <= 3 THEN
-    -- Node by node, in sequence order. Per node one statement checks its parents (in
-    -- order: sorted and listed once, existing, earlier), records the edges, moves the
-    -- frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it
-    -- alone) and counts the node's kind; a keyed node then checks and moves its chain.
     FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
-      v_folds := NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0));
-      WITH e AS (
-        INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-        SELECT nd.graph_id, nd.seq, u.o::integer - 1,
-               CASE
-                 WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
-                   THEN cwstore._violation('parent_order', nd.graph_id, nd.seq, nd.id,
-                     format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
-                 WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', nd.graph_id, nd.seq,
-                   nd.id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
-                 WHEN m.seq >= nd.seq THEN cwstore._violation('parent_order', nd.graph_id, nd.seq,
-                   nd.id, format('$.parents[%s]', u.o - 1),
-                   format('parent %s is not earlier in sequence', u.pid))
-                 ELSE m.seq
-               END
-          FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
-                  FROM unnest(nd.parents) WITH ORDINALITY AS x(pid, o)) u
-          LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
-                              WHERE m.graph_id = nd.graph_id AND m.id = u.pid) m ON true
-         ORDER BY u.o
-        RETURNING parent_seq),
-      closed AS (
-        UPDATE cwstore.frontier_spans s SET to_seq = nd.seq
-          FROM e
-         WHERE v_folds AND s.graph_id = nd.graph_id AND s.head_seq = e.parent_seq
-           AND s.to_seq = cwstore.infinity_seq()),
-      opened AS (
-        INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-        SELECT nd.graph_id, nd.seq, nd.seq, 0, cwstore.infinity_seq() WHERE v_folds)
-      INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-      SELECT nd.graph_id, nd.kind, nd.seq,
-             coalesce((SELECT k.n FROM cwstore.kind_counts k
-                        WHERE k.graph_id = nd.graph_id AND k.kind = nd.kind
-                        ORDER BY k.seq DESC LIMIT 1), 0) + 1;
-
-      IF nd.resource_key IS NOT NULL THEN
-        SELECT h.head_seq, h.head_id, h.version INTO v_head
-          FROM cwstore.key_heads h WHERE h.graph_id = nd.graph_id AND h.key = nd.resource_key;
-        IF FOUND THEN
-          IF NOT (v_head.head_id = ANY (nd.parents)) THEN
-            PERFORM cwstore._chain_conflict(nd.graph_id, nd.resource_key, nd.seq, nd.id,
-                                            v_head.head_id, nd.parents);
-          END IF;
-          UPDATE cwstore.key_versions SET to_seq = nd.seq
-           WHERE graph_id = nd.graph_id AND key = nd.resource_key AND node_seq = v_head.head_seq;
-          UPDATE cwstore.key_heads SET head_seq = nd.seq, head_id = nd.id, version = v_head.version + 1
-           WHERE graph_id = nd.graph_id AND key = nd.resource_key;
-          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-          VALUES (nd.graph_id, nd.resource_key, v_head.version + 1, nd.seq, cwstore.infinity_seq());
-        ELSE
-          INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
-          VALUES (nd.graph_id, nd.resource_key, nd.seq, nd.id, 1, nd.seq);
-          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-          VALUES (nd.graph_id, nd.resource_key, 1, nd.seq, cwstore.infinity_seq());
-        END IF;
-      END IF;
+      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id, nd.kind, nd.parents,
+                                   nd.resource_key);
     END LOOP;
-
   ELSE
     v_work_mem := current_setting('work_mem');
     v_jit := current_setting('jit');
     PERFORM set_config('work_mem', '64MB', true), set_config('jit', 'off', true);
-    -- Set-based statements, graph by graph. Each graph's new rows are first read from
-    -- the transition table into arrays; the statements then work over unnest() of those
-    -- arrays and read and write the tables only where graph_id = the graph (Citus cannot
-    -- join a transition table to a distributed table on a shard; so it routes each
-    -- statement to the graph's local shard).
-    DECLARE
-      a_seq bigint[];
-      a_id text[];
-      a_kind text[];
-      a_folds boolean[];
-      p_child bigint[];
-      p_id text[];
-      p_pos integer[];
-      p_pid text[];
-      p_prev text[];
-      p_folds boolean[];
-      p_seq bigint[];
-      c_parent bigint[];
-      c_at bigint[];
-      k_key text[];
-      k_seq bigint[];
-      k_id text[];
-      k_parents text[];
-      v_key text[];
-      v_seq bigint[];
-      v_id text[];
-      v_version bigint[];
-      v_next bigint[];
-      v_first bigint[];
-      v_rn bigint[];
-      v_base bigint[];
-      b_kind text[];
-      b_n bigint[];
-    BEGIN
     FOREACH v_gid IN ARRAY v_gids LOOP
       SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
              array_agg(n.kind ORDER BY n.seq),
@@ -227,12 +400,9 @@ BEGIN
                        ORDER BY n.seq)
         INTO a_seq, a_id, a_kind, a_folds
         FROM new_nodes n WHERE n.graph_id = v_gid;
-
-      -- Parents: resolve, check existence, order and uniqueness, and record the edges;
-      -- then close the frontier spans of parents and open spans for the new heads (SPEC
-      -- 4's fold: semantic nodes and parentless system nodes leave the frontier alone).
-      -- (Each parent's predecessor by lag(): a text[] element found by its index is
-      -- read from the array's start, quadratic in a node's parents.)
+      -- One row per (child, parent), with the parent before it in the child's list.
+      -- (lag(), not an element found by its index: a text[] element is read from the
+      -- array's start, quadratic in a node's parents.)
       SELECT array_agg(u.seq), array_agg(u.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
              array_agg(u.prev), array_agg(u.folds)
         INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
@@ -242,144 +412,24 @@ BEGIN
                        AS folds
                 FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS x(pid, ord)
                WHERE n.graph_id = v_gid) u;
-      IF p_child IS NOT NULL THEN
-        -- Parents in the batch itself are found by a join with it; only the others are
-        -- looked up one by one in the index (never a scan of the whole table).
-        SELECT array_agg(
-                 CASE
-                   WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', v_gid,
-                     p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-                     format('parent %s does not exist', p.pid))
-                   WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', v_gid,
-                     p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-                     format('parent %s is not earlier in sequence', p.pid))
-                   WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
-                     THEN cwstore._violation('parent_order', v_gid, p.child_seq, p.child_id,
-                     format('$.parents[%s]', p.position),
-                     'parents must be sorted ascending and listed once')
-                   ELSE m.seq
-                 END ORDER BY p.o)
-          INTO p_seq
-          FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
-                 WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
-          LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
-          LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
-                                                     WHERE m.graph_id = v_gid
-                                                       AND m.id = p.pid LIMIT 1)) AS seq) m
-            ON true;
-        INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-        SELECT v_gid, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
-        SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
-          FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
-                  FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
-                 WHERE u.f GROUP BY u.s) x;
-        -- Only open spans (the partial index), so this join stays small at any size.
-        UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
-          FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
-         WHERE s.graph_id = v_gid AND s.head_seq = c.parent_seq
-           AND s.to_seq = cwstore.infinity_seq();
-      ELSE
-        c_parent := NULL;
-        c_at := NULL;
-      END IF;
-      INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-      SELECT v_gid, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
-        FROM unnest(a_seq, a_folds) AS n(seq, folds)
-        LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
-       WHERE n.folds;
-
-      -- Resource chains: the first new version of a key must link to the key's head, each
-      -- later one in the batch to the one before it. A node that does not is a lost race
-      -- (CW410), whoever wrote it.
+      PERFORM cwstore._derive_parents(v_gid, a_seq, a_id, a_folds, p_child, p_id, p_pos, p_pid,
+                                      p_prev, p_folds);
       IF v_keyed THEN
         SELECT array_agg(n.resource_key ORDER BY n.seq), array_agg(n.seq ORDER BY n.seq),
                array_agg(n.id ORDER BY n.seq), array_agg(n.parents::text ORDER BY n.seq)
           INTO k_key, k_seq, k_id, k_parents
           FROM new_nodes n WHERE n.graph_id = v_gid AND n.resource_key IS NOT NULL;
         IF k_key IS NOT NULL THEN
-          WITH k AS (
-            SELECT k.*, h.version AS base_version, h.head_seq,
-                   CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
-              FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
-                           row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
-                           lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
-                      FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
-                    WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
-              LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
-                                  WHERE h.graph_id = v_gid AND h.key = k.key LIMIT 1) h ON true
-          )
-          SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
-                 array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
-                                THEN coalesce(k.base_version, 0) + k.rn
-                                ELSE cwstore._chain_conflict(v_gid, k.key, k.seq, k.id,
-                                                             k.expected, k.parents)
-                           END),
-                 array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
-                 array_agg(k.head_seq)
-            INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
-            FROM k;
-          UPDATE cwstore.key_versions v SET to_seq = c.seq
-            FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
-           WHERE c.rn = 1 AND c.head_seq IS NOT NULL
-             AND v.graph_id = v_gid AND v.key = c.key AND v.node_seq = c.head_seq;
-          INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-          SELECT v_gid, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
-            FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
-          INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
-          SELECT v_gid, u.key, u.seq, u.id, u.version, u.batch_first
-            FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
-                   AS u(key, seq, id, version, next_seq, batch_first)
-           WHERE u.next_seq IS NULL
-          ON CONFLICT (graph_id, key) DO UPDATE
-            SET head_seq = excluded.head_seq, head_id = excluded.head_id,
-                version = excluded.version;
+          PERFORM cwstore._derive_chains(v_gid, k_key, k_seq, k_id, k_parents);
         END IF;
       END IF;
-
-      -- Running counts by kind.
-      SELECT array_agg(d.kind), array_agg(
-               coalesce((SELECT k.n FROM cwstore.kind_counts k
-                          WHERE k.graph_id = v_gid AND k.kind = d.kind
-                          ORDER BY k.seq DESC LIMIT 1), 0))
-        INTO b_kind, b_n
-        FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
-      INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-      SELECT v_gid, n.kind, n.seq,
-             b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
-        FROM unnest(a_seq, a_kind) AS n(seq, kind)
-        JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+      PERFORM cwstore._count_kinds(v_gid, a_seq, a_kind);
     END LOOP;
-    END;
     PERFORM set_config('work_mem', v_work_mem, true), set_config('jit', v_jit, true);
   END IF;
 
-  -- Gapless: each graph's new rows are exactly length+1 .. length+count; then the new
-  -- length, and a wake-up for followers (NOTIFY is a hint; the table is the truth).
-  -- Graph by graph, each statement on one graph_id: on Citus this trigger fires on the
-  -- shard's worker, where a statement must name its graph to stay on the local shard.
-  -- (Scalars, not array elements, in the statements: Citus 13.2's deparser crashes on
-  -- a subscripted parameter in an UPDATE's SET list.)
   FOR i IN 1 .. cardinality(v_gids) LOOP
-    v_gid := v_gids[i];
-    v_lo := v_los[i];
-    v_hi := v_his[i];
-    v_cnt := v_cnts[i];
-    UPDATE cwstore.graphs g SET length = v_hi
-     WHERE g.graph_id = v_gid AND v_lo = g.length + 1 AND v_hi = g.length + v_cnt;
-    IF NOT FOUND THEN
-      SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = v_gid;
-      IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'CW404',
-          MESSAGE = format('graph id %s does not exist', v_gid),
-          DETAIL = jsonb_build_object('graph_id', v_gid)::text;
-      END IF;
-      PERFORM cwstore._violation('sequence', v_gid, v_lo, NULL, '$.sequence',
-        format('graph %L has %s nodes: new sequences must be %s..%s, got %s..%s',
-               r.name, r.length, r.length + 1, r.length + v_cnt, v_lo, v_hi));
-    END IF;
-    IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
-      PERFORM pg_notify('cwstore', v_gid || ':' || v_hi);
-    END IF;
+    PERFORM cwstore._advance_length(v_gids[i], v_los[i], v_his[i], v_cnts[i]);
   END LOOP;
   RETURN NULL;
 END

@@ -162,18 +162,31 @@ BEGIN
   RETURN true;
 END $$;
 
+-- _json_values(bare) -> how many values (containers, strings that are not member
+-- names, numbers, literals) a JSON text holds, given with every string written "".
+CREATE FUNCTION cwstore._json_values(p_bare text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT length(b) - length(translate(b, '{[', '')) + (length(b) - length(replace(b, '""', ''))) / 2
+         + regexp_count(b, '-?[0-9][0-9.eE+-]*|true|false|null')
+    FROM (SELECT replace(p_bare, '"":', ':') AS b) x
+$$;
+
 -- _members_unique_small(text, bare): _members_unique by counting values in the text
--- and in its jsonb (for texts of tens of kB: the jsonb costs about 80 times them).
+-- and in its jsonb (for texts of tens of kB: the jsonb costs about 80 times them). The
+-- jsonb's values are counted by a JSON path, which is fast but takes stack at every
+-- level; a text of over 1,000 containers (it may nest that deep) has them counted in
+-- the jsonb's own text instead, as in the text's: slower, at any depth.
 CREATE FUNCTION cwstore._members_unique_small(p_text text, p_bare text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
-  v_bare text := replace(p_bare, '"":', ':');
+  v_doc jsonb := cwstore.payload_jsonb(p_text);
 BEGIN
-  RETURN length(v_bare) - length(translate(v_bare, '{[', ''))
-         + (length(v_bare) - length(replace(v_bare, '""', ''))) / 2
-         + regexp_count(v_bare, '-?[0-9][0-9.eE+-]*|true|false|null')
-         = jsonb_array_length(jsonb_path_query_array(cwstore.payload_jsonb(p_text),
-                                                     'strict $.**.type()'));
+  IF length(p_bare) - length(translate(p_bare, '{[', '')) > 1000 THEN
+    RETURN cwstore._json_values(p_bare)
+           = cwstore._json_values(regexp_replace(v_doc::text, '"(\\.|[^"\\])*"', '""', 'g'));
+  END IF;
+  RETURN cwstore._json_values(p_bare)
+         = jsonb_array_length(jsonb_path_query_array(v_doc, 'strict $.**.type()'));
 END $$;
 
 -- _json_slices(values) -> JSON arrays of consecutive values of about 32 kB each (a
@@ -195,8 +208,8 @@ $$;
 --     since the text is stored and given back byte for byte (code shape);
 --   * numbers: finite, integers within +-(2^53-1) unless JavaScript writes them back
 --     digit for digit (unrepresentable);
---   * no object repeats a member name (shape; JSON.parse keeps only the last);
---   * nesting at most 10,000 levels (cwstore.jsontext.MAX_DEPTH; unrepresentable).
+--   * nesting at most 10,000 levels (cwstore.jsontext.MAX_DEPTH; unrepresentable);
+--   * no object repeats a member name (shape; JSON.parse keeps only the last).
 CREATE FUNCTION cwstore._payload_problem(p_text text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
@@ -244,13 +257,6 @@ BEGIN
                     coalesce(v_js, 'as 0'));
     END IF;
   END IF;
-  -- Repeated member names: jsonb keeps one member per name, so it holds fewer values
-  -- than the text when a name repeats. Values in the text: containers, strings that
-  -- are not member names, numbers and literals.
-  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
-     AND NOT cwstore._members_unique(p_text, v_bare) THEN
-    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
-  END IF;
   -- Nesting depth: the deepest point of the running count of brackets outside strings.
   IF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
      AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
@@ -258,6 +264,14 @@ BEGIN
                                 FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
                                                      NULL) WITH ORDINALITY AS t(c, o)) x) > 10000 THEN
     RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
+  END IF;
+  -- Repeated member names (after the depth, which bounds the stack their check takes):
+  -- jsonb keeps one member per name, so it holds fewer values than the text when a name
+  -- repeats. Values in the text: containers, strings that are not member names, numbers
+  -- and literals.
+  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
+     AND NOT cwstore._members_unique(p_text, v_bare) THEN
+    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
   END IF;
   RETURN NULL;
 END $$;
@@ -562,115 +576,70 @@ BEGIN
   END IF;
 END $$;
 
--- append_v1(graph, nodes, expected_length, frontier)
---   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
---   resourceKey?} (sequence is assigned here; one given is ignored). Each payload is
---   stored byte for byte, so it must be written as JSON.stringify writes it (compact;
---   the runtime's and cwstore's clients' own form); the same checks as cwstore import
---   apply to every node (createdAt, numbers, member names, semantic content and key
---   forms, resourceKey length), each refused with CW400, its code, index and path.
---   expected_length: NULL, or the length the writer last saw (CW409 when stale).
---   frontier: NULL (the fold applies) or a JSON array of ids, the frontier after
---   the batch.
---   Nodes whose id the graph already holds, with the same content, are returned as
---   stored and not written (idempotent retries); an id given again with other content,
---   in the graph or earlier in the batch, is refused (duplicate_id). When a call writes
---   nothing, its frontier is declared only if expected_length is current, or, with no
---   expected_length, if no node was appended after the batch's own: a retry after
---   others moved on never moves their frontier back.
---   Locks: the graph row (FOR UPDATE) until commit; nothing else.
---   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
--- Its statements take arrays and ids as parameters; custom plans would be re-made on
--- every call, and the generic ones are right for every batch size that takes this path.
-CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
-                                  p_expected_length bigint DEFAULT NULL,
-                                  p_frontier json DEFAULT NULL)
-RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
-               payload_text text)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan AS $$
+-- _frontier_heads(frontier): a declared frontier (a JSON array of node ids) as text[];
+-- NULL for NULL; CW400 at $.frontier for anything else.
+CREATE FUNCTION cwstore._frontier_heads(p_frontier json) RETURNS text[]
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_frontier IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF cwstore._lone_surrogate(p_frontier::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
+      'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+  IF json_typeof(p_frontier) <> 'array'
+     OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
+  THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
+                               'frontier must be a JSON array of node ids');
+  END IF;
+  RETURN ARRAY(SELECT json_array_elements_text(p_frontier));
+END $$;
+
+-- _writer_graph(graph): the graph's id, length and tenant, read without a lock, by its
+-- key (one shard on Citus): the name's first key, else its chain (cwstore.graph_id_of).
+-- NULLs for a name no graph has.
+CREATE FUNCTION cwstore._writer_graph(p_graph text, OUT found_id bigint, OUT found_length bigint,
+                                      OUT found_tenant text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  found_id := cwstore.graph_key(p_graph);
+  SELECT g.length, g.tenant INTO found_length, found_tenant FROM cwstore.graphs g
+   WHERE g.graph_id = found_id AND g.name = p_graph;
+  IF NOT FOUND THEN
+    found_id := cwstore.graph_id_of(p_graph);
+    IF found_id IS NOT NULL THEN
+      SELECT g.length, g.tenant INTO found_length, found_tenant
+        FROM cwstore.graphs g WHERE g.graph_id = found_id;
+    END IF;
+  END IF;
+END $$;
+
+-- _batch_fields(nodes): append_v1's batch (a JSON array) read once, each node's fields as arrays in the
+-- batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in them
+-- kept). Every node is checked for its JSON types, for what the table's constraints
+-- would refuse and for _node_problem, so every client gets a CW400 with the safeguard
+-- code, the node's position and the path.
+CREATE FUNCTION cwstore._batch_fields(p_nodes json, OUT b_ids text[], OUT b_kinds text[],
+                                      OUT b_parents text[], OUT b_payloads text[],
+                                      OUT b_created text[], OUT b_keys text[])
+LANGUAGE plpgsql AS $$
 DECLARE
-  v_graph_id bigint;
-  v_tenant text;
-  v_len bigint;
-  v_new bigint;
+  v_hidden boolean := false;
   v_bad bigint;
-  v_last bigint;
   v_problem text;
   v_bad_id text;
-  v_hidden boolean := false;
-  v_heads text[];
-  v_ids text[];
-  v_kinds text[];
-  v_parents text[];
-  v_payloads text[];
-  v_created text[];
-  v_keys text[];
-  v_now timestamptz := now();
 BEGIN
-  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
-    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
-                               'nodes must be a JSON array of node objects');
-  END IF;
-  IF p_frontier IS NOT NULL THEN
-    IF cwstore._lone_surrogate(p_frontier::text) THEN
-      PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
-        'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
-    END IF;
-    IF json_typeof(p_frontier) <> 'array'
-       OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
-    THEN
-      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
-                                 'frontier must be a JSON array of node ids');
-    END IF;
-    v_heads := ARRAY(SELECT json_array_elements_text(p_frontier));
-  END IF;
-
-  -- The graph's row is found by its key (one shard on Citus): the name's first key,
-  -- else its chain (cwstore.graph_id_of). It is read first, without a lock, on its own:
-  -- the tenant check comes before anything else (a refused caller learns nothing of the
-  -- graph, and must not hold another tenant's counter row while it sits in its aborted
-  -- transaction), a statement that both reads a distributed table and calls the check
-  -- would run the check on the worker, where session_user is not the caller (Citus),
-  -- and a graph found here but gone once locked was erased meanwhile: the call must not
-  -- create it again.
-  v_graph_id := cwstore.graph_key(p_graph);
-  SELECT g.tenant, g.length INTO v_tenant, v_len FROM cwstore.graphs g
-   WHERE g.graph_id = v_graph_id AND g.name = p_graph;
-  IF NOT FOUND THEN
-    v_graph_id := cwstore.graph_id_of(p_graph);
-    IF v_graph_id IS NOT NULL THEN
-      SELECT g.tenant, g.length INTO v_tenant, v_len
-        FROM cwstore.graphs g WHERE g.graph_id = v_graph_id;
-    END IF;
-  END IF;
-  IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, v_tenant);
-  END IF;
-  -- A stale expected length is refused before the batch is read: within a graph's life
-  -- its length only grows, so a length seen here that differs from the expected one
-  -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
-  -- of the batch is held already (a retry of a write that committed: not a conflict).
-  IF p_expected_length IS NOT NULL AND p_expected_length <> coalesce(v_len, 0) THEN
-    PERFORM cwstore._refuse_stale(p_graph, v_graph_id, p_nodes, p_expected_length,
-                                  coalesce(v_len, 0));
-  END IF;
-
   IF cwstore._lone_surrogate(p_nodes::text) THEN
     PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
       'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
   END IF;
-
   -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
   IF strpos(p_nodes::text, '\u0000') > 0 THEN
     v_hidden := true;
     p_nodes := cwstore._nul_hide(p_nodes::text)::json;
   END IF;
-
-  -- Read the batch once: each node's fields as JSON, checked for their JSON types, for
-  -- what the table's constraints would refuse and for _node_problem, so every client
-  -- gets a CW400 with the safeguard code, the node's position and the path.
   SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
          array_agg(f.parents::text ORDER BY f.o),
          array_agg(f.payload ORDER BY f.o),
@@ -680,7 +649,7 @@ BEGIN
          (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
          (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
             FILTER (WHERE f.problem IS NOT NULL))[1]
-    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_new, v_problem, v_bad_id
+    INTO b_ids, b_kinds, b_parents, b_payloads, b_created, b_keys, v_bad, v_problem, v_bad_id
     FROM (SELECT c.*,
                  coalesce(c.problem0,
                           cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
@@ -729,56 +698,211 @@ BEGIN
                  AS r(id json, kind json, parents json, payload json, "createdAt" json,
                       "resourceKey" json)) c
           OFFSET 0) f;  -- a fence: each node's problem is computed once
-  IF v_new IS NOT NULL THEN
-    PERFORM cwstore._node_violation(v_problem, NULL, v_new, v_bad_id, v_new - 1);
+  IF v_bad IS NOT NULL THEN
+    PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
   END IF;
-  IF v_ids IS NULL THEN
-    v_ids := '{}';
-  END IF;
+  b_ids := coalesce(b_ids, '{}');
+END $$;
 
-  -- One id, one content: a node given again later in the batch must be the same node.
-  IF cardinality(v_ids) > 1 THEN
+-- _refuse_repeated(ids, kinds, parents, payloads, keys): one id, one content: CW400
+-- duplicate_id for the first node of a batch (its fields as _batch_fields gives them)
+-- given again later with other content.
+CREATE FUNCTION cwstore._refuse_repeated(p_ids text[], p_kinds text[], p_parents text[],
+                                         p_payloads text[], p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad bigint;
+  v_bad_id text;
+BEGIN
   SELECT b.o, b.id INTO v_bad, v_bad_id
-    FROM unnest(v_ids) WITH ORDINALITY AS b(id, o)
-    JOIN unnest(v_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
+    FROM unnest(p_ids) WITH ORDINALITY AS b(id, o)
+    JOIN unnest(p_ids) WITH ORDINALITY AS a(id, o) ON a.id = b.id AND a.o < b.o
    WHERE NOT cwstore._same_content(
-           v_kinds[a.o], ARRAY(SELECT json_array_elements_text(v_parents[a.o]::json)),
-           v_payloads[a.o], v_keys[a.o],
-           v_kinds[b.o], ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
-           v_payloads[b.o], v_keys[b.o])
+           p_kinds[a.o], ARRAY(SELECT json_array_elements_text(p_parents[a.o]::json)),
+           p_payloads[a.o], p_keys[a.o],
+           p_kinds[b.o], ARRAY(SELECT json_array_elements_text(p_parents[b.o]::json)),
+           p_payloads[b.o], p_keys[b.o])
    ORDER BY b.o LIMIT 1;
   IF FOUND THEN
     PERFORM cwstore._violation('duplicate_id', NULL, v_bad, v_bad_id, format('$[%s].id', v_bad - 1),
       format('id %s is used by an earlier node of the batch with other content', v_bad_id));
   END IF;
-  END IF;
+END $$;
 
-  IF v_graph_id IS NULL THEN
-    v_graph_id := cwstore.ensure_graph_v1(p_graph);
-  END IF;
-
-  -- The counter row: lock it. Held until commit.
+-- _lock_for_append(graph, graph_id, expected_length, ids): the graph's counter row
+-- locked (until commit) and its length. CW404 when the graph was erased since it was
+-- found; CW409 for a stale expected length, unless every node of the batch (ids) is held
+-- already (a retry of a write that committed: not a conflict).
+CREATE FUNCTION cwstore._lock_for_append(p_graph text, p_graph_id bigint, p_expected bigint,
+                                         p_ids text[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_len bigint;
+BEGIN
   SELECT g.length INTO v_len
-    FROM cwstore.graphs g WHERE g.graph_id = v_graph_id AND g.name = p_graph FOR UPDATE;
+    FROM cwstore.graphs g WHERE g.graph_id = p_graph_id AND g.name = p_graph FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM cwstore._erased_meanwhile(p_graph);
   END IF;
   IF v_len = 0 THEN
-    PERFORM cwstore._check_after_erasure(p_graph, v_graph_id);
+    PERFORM cwstore._check_after_erasure(p_graph, p_graph_id);
   END IF;
-
-  -- A stale expected length is refused before anything is written, unless every node
-  -- of the batch is held already (a retry of a write that committed: not a conflict).
-  IF p_expected_length IS NOT NULL AND p_expected_length <> v_len
-     AND EXISTS (SELECT 1 FROM unnest(v_ids) AS u(id)
+  IF p_expected IS NOT NULL AND p_expected <> v_len
+     AND EXISTS (SELECT 1 FROM unnest(p_ids) AS u(id)
                   WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
-                                     WHERE n.graph_id = v_graph_id AND n.id = u.id)) THEN
+                                     WHERE n.graph_id = p_graph_id AND n.id = u.id)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
       MESSAGE = format('graph %L has length %s, the writer expected %s', left(p_graph, 200), v_len,
-                       p_expected_length),
-      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected_length,
+                       p_expected),
+      DETAIL = jsonb_build_object('graph', p_graph, 'expected_length', p_expected,
                                   'actual_length', v_len)::text;
   END IF;
+  RETURN v_len;
+END $$;
+
+-- _refuse_changed(graph_id, length, ids, kinds, parents, payloads, keys): a node of the
+-- batch that the graph held (at or below length) must be the same node: a retry, not
+-- other content under its id (CW400 duplicate_id).
+CREATE FUNCTION cwstore._refuse_changed(p_graph_id bigint, p_len bigint, p_ids text[],
+                                        p_kinds text[], p_parents text[], p_payloads text[],
+                                        p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad bigint;
+  v_bad_id text;
+  v_seq bigint;
+BEGIN
+  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_seq
+    FROM unnest(p_ids) WITH ORDINALITY AS u(id, o)
+    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.id = u.id AND n.seq <= p_len
+   WHERE NOT cwstore._same_content(
+           n.kind, n.parents, n.payload_text, n.resource_key,
+           p_kinds[u.o], ARRAY(SELECT json_array_elements_text(p_parents[u.o]::json)),
+           p_payloads[u.o], p_keys[u.o])
+   ORDER BY u.o LIMIT 1;
+  IF FOUND THEN
+    PERFORM cwstore._violation('duplicate_id', p_graph_id, v_bad, v_bad_id,
+      format('$[%s].id', v_bad - 1),
+      format('id %s is node %s of the graph, with other content', v_bad_id, v_seq));
+  END IF;
+END $$;
+
+-- _declare_after_append(graph_id, length, written, heads, ids, expected_length): the
+-- declared frontier recorded after an append's new nodes. When the call wrote nothing it
+-- is recorded only if it changes the frontier and, with an expected_length, that is
+-- current, or, without one, no node came after the batch's last: a retry after others
+-- moved on must not move their frontier back.
+CREATE FUNCTION cwstore._declare_after_append(p_graph_id bigint, p_len bigint, p_new bigint,
+                                              p_heads text[], p_ids text[], p_expected bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_last bigint;
+BEGIN
+  IF p_new = 0 THEN
+    SELECT max(n.seq) INTO v_last
+      FROM unnest(p_ids) AS u(id)
+      JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.id = u.id;
+    IF coalesce(p_expected, v_last, p_len) <> p_len
+       OR p_heads IS NOT DISTINCT FROM (
+            SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
+              FROM cwstore.frontier_spans s
+              JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()) THEN
+      RETURN;
+    END IF;
+  END IF;
+  INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+  VALUES (p_graph_id, p_len + p_new, p_heads);
+END $$;
+
+-- append_v1(graph, nodes, expected_length, frontier)
+--   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
+--   resourceKey?} (sequence is assigned here; one given is ignored). Each payload is
+--   stored byte for byte, so it must be written as JSON.stringify writes it (compact;
+--   the runtime's and cwstore's clients' own form); the same checks as cwstore import
+--   apply to every node (createdAt, numbers, member names, semantic content and key
+--   forms, resourceKey length), each refused with CW400, its code, index and path.
+--   expected_length: NULL, or the length the writer last saw (CW409 when stale).
+--   frontier: NULL (the fold applies) or a JSON array of ids, the frontier after
+--   the batch.
+--   Nodes whose id the graph already holds, with the same content, are returned as
+--   stored and not written (idempotent retries); an id given again with other content,
+--   in the graph or earlier in the batch, is refused (duplicate_id). When a call writes
+--   nothing, its frontier is declared only if expected_length is current, or, with no
+--   expected_length, if no node was appended after the batch's own: a retry after
+--   others moved on never moves their frontier back.
+--   Locks: the graph row (FOR UPDATE) until commit; nothing else.
+--   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
+-- Its statements take arrays and ids as parameters; custom plans would be re-made on
+-- every call, and the generic ones are right for every batch size that takes this path.
+CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+                                  p_expected_length bigint DEFAULT NULL,
+                                  p_frontier json DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
+               payload_text text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_graph_id bigint;
+  v_tenant text;
+  v_len bigint;
+  v_new bigint;
+  v_heads text[];
+  v_found record;
+  v_batch record;
+  v_ids text[];
+  v_kinds text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_keys text[];
+  v_now timestamptz := now();
+BEGIN
+  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
+                               'nodes must be a JSON array of node objects');
+  END IF;
+  IF p_frontier IS NOT NULL THEN
+    v_heads := cwstore._frontier_heads(p_frontier);
+  END IF;
+
+  -- The graph's row is read first, without a lock, on its own: the tenant check comes
+  -- before anything else (a refused caller learns nothing of the graph, and must not
+  -- hold another tenant's counter row while it sits in its aborted transaction), a
+  -- statement that both reads a distributed table and calls the check would run the
+  -- check on the worker, where session_user is not the caller (Citus), and a graph found
+  -- here but gone once locked was erased meanwhile: the call must not create it again.
+  v_found := cwstore._writer_graph(p_graph);
+  v_graph_id := v_found.found_id;
+  v_len := v_found.found_length;
+  v_tenant := v_found.found_tenant;
+  IF session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  END IF;
+  -- A stale expected length is refused before the batch is read: within a graph's life
+  -- its length only grows, so a length seen here that differs from the expected one
+  -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
+  -- of the batch is held already (a retry of a write that committed: not a conflict).
+  IF p_expected_length IS NOT NULL AND p_expected_length <> coalesce(v_len, 0) THEN
+    PERFORM cwstore._refuse_stale(p_graph, v_graph_id, p_nodes, p_expected_length,
+                                  coalesce(v_len, 0));
+  END IF;
+
+  v_batch := cwstore._batch_fields(p_nodes);
+  v_ids := v_batch.b_ids;
+  v_kinds := v_batch.b_kinds;
+  v_parents := v_batch.b_parents;
+  v_payloads := v_batch.b_payloads;
+  v_created := v_batch.b_created;
+  v_keys := v_batch.b_keys;
+  IF cardinality(v_ids) > 1 THEN
+    PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+  END IF;
+  IF v_graph_id IS NULL THEN
+    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+  END IF;
+  v_len := cwstore._lock_for_append(p_graph, v_graph_id, p_expected_length, v_ids);
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
   -- numbered from the length read under the lock.
@@ -805,43 +929,14 @@ BEGIN
    WHERE g.graph_id = v_graph_id AND x.held IS NULL
    ORDER BY b.o;
   GET DIAGNOSTICS v_new = ROW_COUNT;
-
-  -- A node the graph held must be the same node: a retry, not other content under its
-  -- id. Only when the insert skipped some (raising undoes the insert).
+  -- Only when the insert skipped some (raising undoes the insert).
   IF v_new < cardinality(v_ids) THEN
-  SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_last
-    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-    JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id AND n.seq <= v_len
-   WHERE NOT cwstore._same_content(
-           n.kind, n.parents, n.payload_text, n.resource_key,
-           v_kinds[u.o], ARRAY(SELECT json_array_elements_text(v_parents[u.o]::json)),
-           v_payloads[u.o], v_keys[u.o])
-   ORDER BY u.o LIMIT 1;
-  IF FOUND THEN
-    PERFORM cwstore._violation('duplicate_id', v_graph_id, v_bad, v_bad_id,
-      format('$[%s].id', v_bad - 1),
-      format('id %s is node %s of the graph, with other content', v_bad_id, v_last));
+    PERFORM cwstore._refuse_changed(v_graph_id, v_len, v_ids, v_kinds, v_parents, v_payloads,
+                                    v_keys);
   END IF;
-  END IF;
-
-  -- The declared frontier is recorded after new nodes. When this call wrote nothing it
-  -- is recorded only if it changes the frontier and, with an expected_length, that is
-  -- current, or, without one, no node came after the batch's last: a retry after others
-  -- moved on must not move their frontier back.
-  IF v_heads IS NOT NULL AND v_new = 0 THEN
-    SELECT max(n.seq) INTO v_last
-      FROM unnest(v_ids) AS u(id)
-      JOIN cwstore.nodes n ON n.graph_id = v_graph_id AND n.id = u.id;
-  END IF;
-  IF v_heads IS NOT NULL AND (v_new > 0 OR (
-         coalesce(p_expected_length, v_last, v_len) = v_len
-     AND v_heads IS DISTINCT FROM (
-           SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
-             FROM cwstore.frontier_spans s
-             JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
-            WHERE s.graph_id = v_graph_id AND s.to_seq = cwstore.infinity_seq()))) THEN
-    INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
-    VALUES (v_graph_id, v_len + v_new, v_heads);
+  IF v_heads IS NOT NULL THEN
+    PERFORM cwstore._declare_after_append(v_graph_id, v_len, v_new, v_heads, v_ids,
+                                          p_expected_length);
   END IF;
 
   -- Every node new and given once: the rows are what was just written, in order.
