@@ -1,7 +1,9 @@
-"""The migration runner over the driver layer, written once (asyncpg here).
+"""The migration runner over the driver layer, written once.
 
-``tools/async_to_sync.py`` generates :mod:`cwstore._migrate_sync` (psycopg) from this
-module; :mod:`cwstore.migrate` exports both. How a run goes is told there.
+``tools/async_to_sync.py`` generates ``cwstore/_migrate_sync.py`` from
+``cwstore/_migrate_async.py``; the functions keep their names in both, and
+:mod:`cwstore.migrate` exports the generated ones with ``_sync`` added. How a run goes
+is told there.
 """
 
 from __future__ import annotations
@@ -122,8 +124,7 @@ async def apply_migrations(
     schema_files: Sequence[SchemaFile] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> list[int]:
-    """Bring the schema up to date over a connection of the driver (asyncpg here,
-    psycopg for the ``_sync`` twin).
+    """Bring the schema up to date over a connection of the driver (``asyncpg`` here).
 
     Parameters
     ----------
@@ -211,7 +212,7 @@ async def status(conn: RawConnection, files: Sequence[Migration] | None = None) 
 
 async def setup(conn: RawConnection, *, citus: bool = False, roles: bool = False) -> Setup:
     """Bring a database's cwstore schema up to date: the one way every caller does it
-    (``cwstore init``, ``connect(migrate_schema=True)``, the tests).
+    (``cwstore init``, :func:`~cwstore.connect` with ``migrate_schema=True``, the tests).
 
     Applies the pending migrations (:func:`apply_migrations`); distributes the schema on
     Citus when ``citus`` is asked, and applies ``cwstore/sql/citus.sql`` again on a

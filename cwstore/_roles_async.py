@@ -1,8 +1,8 @@
-"""Installing the roles and tenant members over the driver layer, written once
-(asyncpg here).
+"""Installing the roles and tenant members over the driver layer, written once.
 
-``tools/async_to_sync.py`` generates :mod:`cwstore._roles_sync` (psycopg) from this
-module; :mod:`cwstore.roles` exports both and says what the roles are.
+``tools/async_to_sync.py`` generates ``cwstore/_roles_sync.py`` from
+``cwstore/_roles_async.py``; :mod:`cwstore.roles` exports both (the generated functions
+with ``_sync`` added) and says what the roles are.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Final
 
 from ._roles_async import add_tenant_member, install_roles
-from ._roles_sync import add_tenant_member_sync, install_roles_sync
+from ._roles_sync import add_tenant_member as add_tenant_member_sync
+from ._roles_sync import install_roles as install_roles_sync
 
 __all__ = [
     "ADMIN",
