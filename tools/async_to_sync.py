@@ -44,7 +44,6 @@ NAMES: Final = {
     "connect": "connect_sync",
     "store_async": "store",
     "_migrate_async": "_migrate_sync",
-    "_roles_async": "_roles_sync",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "AsyncConnection": "Connection",
@@ -66,15 +65,13 @@ NAMES: Final = {
 }
 """Each name of the async sources that differs in the sync modules, and its sync name.
 
-The functions of :mod:`cwstore._migrate_async` and :mod:`cwstore._roles_async` keep
-their names in the generated modules; :mod:`cwstore.migrate` and :mod:`cwstore.roles`
-export them with ``_sync`` added (a map entry ``setup`` would rename the saver's ``setup``
-method too)."""
+The functions of :mod:`cwstore._migrate_async` keep their names in the generated
+module; :mod:`cwstore.migrate` and :mod:`cwstore.roles` export them with ``_sync`` added
+(a map entry ``setup`` would rename the saver's ``setup`` method too)."""
 
 PAIRS: Final = [
     ("cwstore/store_async.py", "cwstore/store.py"),
     ("cwstore/_migrate_async.py", "cwstore/_migrate_sync.py"),
-    ("cwstore/_roles_async.py", "cwstore/_roles_sync.py"),
     ("cwstore/langgraph/_saver_async.py", "cwstore/langgraph/_saver_sync.py"),
 ]
 """(source, generated module), as paths from the repository's root."""
