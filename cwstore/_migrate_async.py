@@ -1,12 +1,16 @@
-"""The migration runner over the driver layer, written once (asyncpg here).
+"""Setting up a database over the driver layer, written once: the migration runner,
+distribution on Citus, and the roles (:mod:`cwstore.roles` says what they are).
 
-``tools/async_to_sync.py`` generates :mod:`cwstore._migrate_sync` (psycopg) from this
-module; :mod:`cwstore.migrate` exports both. How a run goes is told there.
+``tools/async_to_sync.py`` generates ``cwstore/_migrate_sync.py`` from
+``cwstore/_migrate_async.py``; the functions keep their names in both, and
+:mod:`cwstore.migrate` and :mod:`cwstore.roles` export the generated ones with ``_sync``
+added. How a migration run goes is told in :mod:`cwstore.migrate`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from ._migration_plan import (
     _BOOTSTRAP,
@@ -35,7 +39,6 @@ from ._migration_plan import (
     plan,
     statements,
 )
-from ._roles_async import install_roles
 from ._sql import Migration, SchemaFile, migrations, script
 from .drivers.asyncpg import (
     ERRORS,
@@ -48,14 +51,18 @@ from .drivers.asyncpg import (
 from .errors import MigrationError
 
 __all__ = [
+    "add_tenant_member",
     "apply_migrations",
     "citus_installed",
     "distribute",
     "distributed",
+    "install_roles",
     "migrate_dsn",
     "setup",
     "status",
 ]
+
+_ADD_MEMBER: Final = "SELECT cwstore.add_tenant_member($1, $2)"
 
 
 async def _read_applied(conn: AsyncpgConnection) -> list[AppliedMigration] | None:
@@ -122,8 +129,7 @@ async def apply_migrations(
     schema_files: Sequence[SchemaFile] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> list[int]:
-    """Bring the schema up to date over a connection of the driver (asyncpg here,
-    psycopg for the ``_sync`` twin).
+    """Bring the schema up to date over a connection of the driver (``asyncpg`` here).
 
     Parameters
     ----------
@@ -211,7 +217,7 @@ async def status(conn: RawConnection, files: Sequence[Migration] | None = None) 
 
 async def setup(conn: RawConnection, *, citus: bool = False, roles: bool = False) -> Setup:
     """Bring a database's cwstore schema up to date: the one way every caller does it
-    (``cwstore init``, ``connect(migrate_schema=True)``, the tests).
+    (``cwstore init``, :func:`~cwstore.connect` with ``migrate_schema=True``, the tests).
 
     Applies the pending migrations (:func:`apply_migrations`); distributes the schema on
     Citus when ``citus`` is asked, and applies ``cwstore/sql/citus.sql`` again on a
@@ -285,3 +291,19 @@ async def distributed(conn: RawConnection) -> bool:
         if not await c.fetchval(_CITUS_INSTALLED):
             return False
         return bool(await c.fetchval(_DISTRIBUTED))
+
+
+async def install_roles(conn: RawConnection) -> None:
+    """Create the group roles if missing and (re)apply their grants, in one transaction
+    (``cwstore/sql/roles.sql``).
+
+    Needs a migrated schema and a role that owns it and may create roles.
+    """
+    c = AsyncpgConnection(conn)
+    async with c.transaction():
+        await c.execute_script(script("roles.sql"))
+
+
+async def add_tenant_member(conn: RawConnection, tenant: str, role: str) -> None:
+    """Let ``role`` (and its members) read and write the graphs of ``tenant``."""
+    await AsyncpgConnection(conn).execute(_ADD_MEMBER, tenant, role)

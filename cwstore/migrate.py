@@ -36,7 +36,8 @@ leaves the ones before it applied. A migration therefore cannot use statements t
 refuse to run in a transaction block (``CREATE INDEX CONCURRENTLY``, ``VACUUM``).
 
 The runner is written once, over the driver layer, in :mod:`cwstore._migrate_async`;
-:mod:`cwstore._migrate_sync` is generated from it (``tools/async_to_sync.py``). The
+:mod:`cwstore._migrate_sync` is generated from it (``tools/async_to_sync.py``) with the
+same names, and this module exports those with ``_sync`` added. The
 bookkeeping SQL stays in Python (:mod:`cwstore._migration_plan`), not in ``sql/``: it is
 what reads and records the files there, so it has to exist before any of them has run.
 """
@@ -52,15 +53,13 @@ from ._migrate_async import (
     setup,
     status,
 )
-from ._migrate_sync import (
-    apply_migrations_sync,
-    citus_installed_sync,
-    distribute_sync,
-    distributed_sync,
-    migrate_dsn_sync,
-    setup_sync,
-    status_sync,
-)
+from ._migrate_sync import apply_migrations as apply_migrations_sync
+from ._migrate_sync import citus_installed as citus_installed_sync
+from ._migrate_sync import distribute as distribute_sync
+from ._migrate_sync import distributed as distributed_sync
+from ._migrate_sync import migrate_dsn as migrate_dsn_sync
+from ._migrate_sync import setup as setup_sync
+from ._migrate_sync import status as status_sync
 from ._migration_plan import DEFAULT_LOCK_TIMEOUT, AppliedMigration, MigrationStatus, Setup, plan
 
 __all__ = [

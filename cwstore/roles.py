@@ -8,15 +8,18 @@ belongs to a tenant (``graphs.tenant``); a role sees and
 writes the graphs of the tenants it belongs to, listed in ``cwstore.tenant_members`` for
 it or a role it is a member of (:func:`add_tenant_member_sync`). Superusers, BYPASSRLS
 roles and members of the schema's owner see everything. The rules themselves live in
-``cwstore/sql/schema/50_tenancy.sql``; this module only runs them.
+``cwstore/sql/schema/50_tenancy.sql``; the functions that run them are written with the
+migration runner, in :mod:`cwstore._migrate_async` (``setup(roles=True)`` calls
+:func:`install_roles`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from ._roles_async import add_tenant_member, install_roles
-from ._roles_sync import add_tenant_member_sync, install_roles_sync
+from ._migrate_async import add_tenant_member, install_roles
+from ._migrate_sync import add_tenant_member as add_tenant_member_sync
+from ._migrate_sync import install_roles as install_roles_sync
 
 __all__ = [
     "ADMIN",

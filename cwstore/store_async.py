@@ -1,18 +1,19 @@
-"""AsyncStore: the asyncio client, over the driver layer's :class:`AsyncPool` (asyncpg).
+""":class:`AsyncStore`, the client of one cwstore database, over the driver layer's
+:class:`AsyncPool` (the ``asyncpg`` driver).
 
 Every write is one call of a SQL function (or, for import, one COPY between two), so
 the rules live in the database and this class stays thin: check arguments with
 :mod:`cwstore._args`, prepare what to send with :mod:`cwstore._store_base`, run a named
 query, map rows back with :mod:`cwstore._rows` (all three without I/O).
 
-This module is written once: ``tools/async_to_sync.py`` generates :mod:`cwstore.store`
-(the sync :class:`Store`, over psycopg) from it, and CI fails when the two drift.
+The client is written once: ``tools/async_to_sync.py`` generates ``cwstore/store.py``
+from ``cwstore/store_async.py``, and CI fails when the two drift.
 
-Through a transaction-mode pooler (``connect(pooler="transaction")``) the store keeps
-no session state: no prepared statement outlives its transaction, the tenant is set in
-each transaction. :meth:`AsyncStore.tail` and :meth:`AsyncStore.tail_all` LISTEN on a
-dedicated connection of their own where it is direct to a primary (NOTIFY is only a
-wake-up; the table is the truth), and poll elsewhere (a hot standby, a pooler).
+Through a transaction-mode pooler (:func:`connect` with ``pooler="transaction"``) the
+store keeps no session state: no prepared statement outlives its transaction, the tenant
+is set in each transaction. :meth:`AsyncStore.tail` and :meth:`AsyncStore.tail_all`
+LISTEN on a dedicated connection of their own where it is direct to a primary (NOTIFY is
+only a wake-up; the table is the truth), and poll elsewhere (a hot standby, a pooler).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from . import migrate
 from ._args import (
     as_of_args,
     check_after,
@@ -41,6 +41,7 @@ from ._args import (
     timeout_settings,
     vocabulary_arg,
 )
+from ._migrate_async import migrate_dsn
 from ._rows import (
     erased_graph,
     erased_idle_graph,
@@ -116,7 +117,7 @@ async def connect(
     listen_dsn: str | None = None,
     poll_interval: float = 0.25,
 ) -> AsyncStore:
-    """Open an :class:`AsyncStore`.
+    """Open a store (:class:`AsyncStore`) on a pool of its own.
 
     Parameters
     ----------
@@ -168,7 +169,7 @@ async def connect(
     interval = check_poll_interval(poll_interval)
     real = resolve_dsn(dsn, embedded=embedded)
     if migrate_schema:
-        await migrate.migrate_dsn(real, pooled=pooled)
+        await migrate_dsn(real, pooled=pooled)
     pool = await AsyncpgPool.open(
         real,
         min_size=min_size,
@@ -192,7 +193,7 @@ async def connect(
 
 
 class AsyncStore:
-    """The async client of one cwstore database. Use :func:`connect` to make one."""
+    """The client of one cwstore database. Use :func:`connect` to make one."""
 
     def __init__(self, pool: AsyncPool) -> None:
         self._pool = pool

@@ -1,181 +1,312 @@
 #!/usr/bin/env python3
-"""Generate the sync client from the async one, so the client is written once.
+"""Generate the sync modules from their async sources, so each is written once.
 
-``cwstore/store_async.py`` is the source of ``cwstore/store.py``, and
-``cwstore/_migrate_async.py`` of ``cwstore/_migrate_sync.py``; the outputs must not be
-edited by hand. The rewrite works on tokens, so comments and layout survive:
+:data:`PAIRS` lists them (``cwstore/store_async.py`` is the source of ``cwstore/store.py``,
+and so on); the outputs must not be edited by hand. The source is parsed with :mod:`ast`
+and what changes is found by node, as psycopg's ``tools/async_to_sync.py`` does:
 
-- ``async`` before ``def``/``with``/``for`` and every ``await`` are dropped;
-- names are renamed by :data:`NAMES` (``AsyncStore`` -> ``Store``,
-  ``AsyncpgPool`` -> ``PsycopgPool``, ``AsyncIterator`` -> ``Iterator`` ...);
-- string literals (docstrings, ``__all__``) get the substitutions of :data:`TEXT`;
+- ``async def``, ``async with`` and ``async for`` lose ``async``; ``await x`` becomes ``x``;
+- every identifier (names, attributes, definitions, parameters, keywords, imports) goes
+  through :data:`NAMES`, one map for every module;
+- in a string, only the names inside reST roles (``:class:`AsyncStore```) and
+  double-backtick literals go through that map, and the entries of ``__all__``: the rest
+  of a docstring is copied, so it is written to read right in both modules.
 
-then ruff sorts the imports and formats the result, and a DO-NOT-EDIT header goes on
-top. The driver layer (``cwstore/drivers/``) is what makes this possible: the async
-code calls only the protocol, whose sync twin has the same methods.
+The edits are applied to the source text at the nodes' positions, so comments and layout
+survive; then ruff sorts the imports and formats the result, and a DO-NOT-EDIT header goes
+on top. What the generator cannot map is an error, never copied: a name saying "async" or
+"await" that the map lacks (in code, a role, a literal, prose or a comment), a mapped name
+in prose or in an f-string, an async comprehension, and a map entry no source uses.
 
 Usage::
 
-    python tools/async_to_sync.py           # rewrite cwstore/store.py
-    python tools/async_to_sync.py --check   # exit 1 if cwstore/store.py is stale
-
-Modelled on psycopg's ``tools/async_to_sync.py`` (there an AST rewrite).
+    python tools/async_to_sync.py           # rewrite the generated modules
+    python tools/async_to_sync.py --check   # exit 1 if one is stale
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import io
+import re
 import subprocess
 import sys
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 ROOT = Path(__file__).resolve().parent.parent
 
-NAMES = {
+NAMES: Final = {
     "AsyncStore": "Store",
     "connect": "connect_sync",
+    "store_async": "store",
+    "_migrate_async": "_migrate_sync",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "AsyncConnection": "Connection",
-    "AsyncListener": "Listener",
     "AsyncPool": "Pool",
     "AsyncpgPool": "PsycopgPool",
     "AsyncpgConnection": "PsycopgConnection",
     "asyncpg": "psycopg",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "migrate_dsn": "migrate_dsn_sync",
-    "apply_migrations": "apply_migrations_sync",
+    "AsyncCwstoreSaver": "CwstoreSaver",
+    "aget_tuple": "get_tuple",
+    "alist": "list",
+    "aput": "put",
+    "aput_writes": "put_writes",
+    "adelete_thread": "delete_thread",
+    "adelete_for_runs": "delete_for_runs",
+    "acopy_thread": "copy_thread",
+    "aprune": "prune",
 }
-"""Identifiers of the async modules and their sync names."""
+"""Each name of the async sources that differs in the sync modules, and its sync name.
 
-TEXT = [
-    ('"AsyncStore"', '"Store"'),
-    ('"connect"', '"connect_sync"'),
-    ('"apply_migrations"', '"apply_migrations_sync"'),
-    ('"migrate_dsn"', '"migrate_dsn_sync"'),
-    ('"status"', '"status_sync"'),
-    ('"distribute"', '"distribute_sync"'),
-    ('"citus_installed"', '"citus_installed_sync"'),
-    ('"distributed"', '"distributed_sync"'),
-    ('"setup"', '"setup_sync"'),
-    ('"add_tenant_member"', '"add_tenant_member_sync"'),
-    ('"install_roles"', '"install_roles_sync"'),
-    ('"AsyncCwstoreSaver"', '"CwstoreSaver"'),
-    (
-        "generates\n:mod:`cwstore.langgraph._saver_sync` (:class:`CwstoreSaver`) from it.",
-        "generated this module from it.",
-    ),
-    ("checkpointer interface (langgraph-checkpoint 4.x) on an", "checkpointer interface on a"),
-    ("(async).", "(sync)."),
-    ("generates :mod:`cwstore._roles_sync` (psycopg) from this", "generated this module from"),
-    (
-        "module; :mod:`cwstore.roles` exports both and says what the roles are.",
-        ":mod:`cwstore._roles_async`; :mod:`cwstore.roles` exports both.",
-    ),
-    ("AsyncStore", "Store"),
-    (":func:`connect`", ":func:`connect_sync`"),
-    (":func:`apply_migrations`", ":func:`apply_migrations_sync`"),
-    (":func:`setup`", ":func:`setup_sync`"),
-    ("the asyncio client", "the synchronous client"),
-    ("The async client", "The sync client"),
-    (
-        "over the driver layer's :class:`AsyncPool` (asyncpg)",
-        "over the driver layer's :class:`Pool` (psycopg)",
-    ),
-    ("(asyncpg here)", "(psycopg here)"),
-    (
-        "(asyncpg here, psycopg for the ``_sync`` twin)",
-        "(psycopg here, asyncpg for the async twin)",
-    ),
-    ("generates :mod:`cwstore._migrate_sync` (psycopg) from this", "generated this module from"),
-    (
-        "module; :mod:`cwstore.migrate` exports both.",
-        ":mod:`cwstore._migrate_async`; :mod:`cwstore.migrate` exports both.",
-    ),
+The functions of :mod:`cwstore._migrate_async` keep their names in the generated
+module; :mod:`cwstore.migrate` and :mod:`cwstore.roles` export them with ``_sync`` added
+(a map entry ``setup`` would rename the saver's ``setup`` method too)."""
+
+PAIRS: Final = [
+    ("cwstore/store_async.py", "cwstore/store.py"),
+    ("cwstore/_migrate_async.py", "cwstore/_migrate_sync.py"),
+    ("cwstore/langgraph/_saver_async.py", "cwstore/langgraph/_saver_sync.py"),
 ]
-"""Substitutions inside string literals, in order."""
+"""(source, generated module), as paths from the repository's root."""
 
-PAIRS = [
-    (ROOT / "cwstore" / "store_async.py", ROOT / "cwstore" / "store.py", {}),
-    (
-        ROOT / "cwstore" / "_migrate_async.py",
-        ROOT / "cwstore" / "_migrate_sync.py",
-        {
-            "status": "status_sync",
-            "distribute": "distribute_sync",
-            "citus_installed": "citus_installed_sync",
-            "distributed": "distributed_sync",
-            "setup": "setup_sync",
-            "_roles_async": "_roles_sync",
-            "install_roles": "install_roles_sync",
-        },
-    ),
-    (
-        ROOT / "cwstore" / "_roles_async.py",
-        ROOT / "cwstore" / "_roles_sync.py",
-        {"install_roles": "install_roles_sync", "add_tenant_member": "add_tenant_member_sync"},
-    ),
-    (
-        ROOT / "cwstore" / "langgraph" / "_saver_async.py",
-        ROOT / "cwstore" / "langgraph" / "_saver_sync.py",
-        {
-            "AsyncCwstoreSaver": "CwstoreSaver",
-            "aget_tuple": "get_tuple",
-            "alist": "list",
-            "aput": "put",
-            "aput_writes": "put_writes",
-            "adelete_thread": "delete_thread",
-            "adelete_for_runs": "delete_for_runs",
-            "acopy_thread": "copy_thread",
-            "aprune": "prune",
-            "store_async": "store",
-        },
-    ),
-]
-"""(source, generated file, extra renames for that module)."""
-
-HEADER = (
+HEADER: Final = (
     "# WARNING: this file is generated by tools/async_to_sync.py from {source}.\n"
     "# DO NOT EDIT: change {source} and run `python tools/async_to_sync.py`.\n\n"
 )
 
+_ASYNC_WORD = re.compile(r"async|await", re.IGNORECASE)
+_QUOTED = re.compile(r"``(?P<literal>[^`]+)``|:[a-z]+(?::[a-z]+)*:`(?P<role>[^`]+)`")
+_DOTTED = re.compile(r"[~!]?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_PATH = re.compile(r"[\w.-]+(?:/[\w.-]+)+")
+_WORD = re.compile(r"\w+")
+_ARTICLE = re.compile(r"\ban?\s+$", re.IGNORECASE)
 
-def convert(source: str, extra: dict[str, str] | None = None) -> str:
-    """The sync module for the async module text ``source`` (before ruff); ``extra``
-    adds renames for this module only."""
-    names = NAMES | (extra or {})
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
 
-    def pos(row: int, col: int) -> int:
-        return offsets[row - 1] + col
+class MappingError(Exception):
+    """The async source holds something the generator cannot map."""
 
-    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    edits: list[tuple[int, int, str]] = []
-    for i, tok in enumerate(tokens):
-        start, end = pos(*tok.start), pos(*tok.end)
-        if tok.type == tokenize.NAME and tok.string in ("async", "await"):
-            following = tokens[i + 1]
-            if tok.string == "async" and following.string not in ("def", "with", "for"):
-                continue
-            edits.append((start, pos(*following.start), ""))
-        elif tok.type == tokenize.NAME and tok.string in names:
-            edits.append((start, end, names[tok.string]))
-        elif tok.type == tokenize.STRING:
-            text = tok.string
-            for old, new in TEXT:
-                text = text.replace(old, new)
-            if text != tok.string:
-                edits.append((start, end, text))
-    out = source
-    for start, end, text in sorted(edits, reverse=True):
-        out = out[:start] + text + out[end:]
-    return out
+
+def _looks_like_code(name: str) -> bool:
+    """Whether ``name`` cannot be an English word (so in prose it must be a mistake)."""
+    return name != name.lower() or "_" in name or bool(_ASYNC_WORD.search(name))
+
+
+def _vowel(quoted: str) -> bool:
+    """Whether a role or literal is shown starting with a vowel (so takes "an")."""
+    shown = quoted.rsplit(".", 1)[-1] if quoted.startswith("~") else quoted
+    return shown[:1].lower() in set("aeiou")
+
+
+class _Converter:
+    """The edits turning one async module into its sync twin."""
+
+    def __init__(self, source: str, filename: str) -> None:
+        self.text = source
+        self.src = source.encode("utf-8")
+        self.filename = filename
+        self.used: set[str] = set()
+        self.edits: list[tuple[int, int, bytes]] = []
+        self.lines = [0]
+        for line in self.src.splitlines(keepends=True):
+            self.lines.append(self.lines[-1] + len(line))
+        self.line = 0
+
+    def fail(self, what: str, line: int | None = None) -> MappingError:
+        return MappingError(f"{self.filename}:{line or self.line}: {what}")
+
+    def offset(self, line: int, col: int) -> int:
+        """The byte offset of a node position (ast columns count UTF-8 bytes)."""
+        return self.lines[line - 1] + col
+
+    def sync_name(self, name: str) -> str:
+        """``name`` in the sync module; an unmapped name saying async is an error."""
+        if name in NAMES:
+            self.used.add(name)
+            return NAMES[name]
+        if _ASYNC_WORD.search(name):
+            raise self.fail(f"{name!r} is not in NAMES")
+        return name
+
+    def edit(self, start: int, old: str, new: str) -> None:
+        end = start + len(old.encode("utf-8"))
+        if self.src[start:end].decode("utf-8", "replace") != old:
+            raise self.fail(f"{old!r} is not where the syntax tree puts it")
+        if new != old:
+            self.edits.append((start, end, new.encode("utf-8")))
+
+    def rename(self, line: int, col: int, dotted: str) -> None:
+        """Rename the (dotted) name ``dotted`` written at a node position."""
+        new = ".".join(self.sync_name(part) for part in dotted.split("."))
+        self.edit(self.offset(line, col), dotted, new)
+
+    def drop(self, node: ast.stmt | ast.expr, keyword: str) -> None:
+        """Remove ``keyword`` (``async`` or ``await``) and the blanks after it."""
+        start = self.offset(node.lineno, node.col_offset)
+        found = re.compile(rf"{keyword}\b[ \t]*".encode()).match(self.src, start)
+        if found is None:
+            raise self.fail(f"no {keyword!r} where the syntax tree puts one")
+        self.edits.append((start, found.end(), b""))
+
+    def rename_after(self, node: ast.stmt, pattern: str, name: str) -> None:
+        """Rename ``name``, found in the source by ``pattern`` from the node's start."""
+        start = self.offset(node.lineno, node.col_offset)
+        found = re.compile(pattern.encode()).match(self.src, start)
+        if found is None or found.group(1).decode() != name:
+            raise self.fail(f"cannot find {name!r} in its statement")
+        self.edit(found.start(1), name, ".".join(self.sync_name(p) for p in name.split(".")))
+
+    # --- strings ------------------------------------------------------------------------
+
+    def quoted(self, content: str) -> str:
+        """The content of a role or double-backtick literal in the sync module."""
+        if _DOTTED.fullmatch(content):
+            mark = content[0] if content[0] in "~!" else ""
+            return mark + ".".join(self.sync_name(p) for p in content[len(mark) :].split("."))
+        if not _PATH.fullmatch(content):  # a path is copied as it is
+            for word in _WORD.findall(content):
+                if word in NAMES or _ASYNC_WORD.search(word):
+                    raise self.fail(f"cannot map {word!r} inside {content!r}")
+        return content
+
+    def check_prose(self, prose: str, where: str) -> None:
+        for word in _WORD.findall(prose):
+            if _ASYNC_WORD.search(word) or (word in NAMES and _looks_like_code(word)):
+                raise self.fail(
+                    f"{word!r} in {where}: write it as a role or ``literal`` "
+                    "the map renames, or in words that read right in both modules"
+                )
+
+    def string(self, text: str) -> str:
+        """A string's source (or an f-string's constant part) in the sync module."""
+        out: list[str] = []
+        last = 0
+        for found in _QUOTED.finditer(text):
+            self.check_prose(text[last : found.start()], "a string")
+            group = "literal" if found.group("literal") is not None else "role"
+            content = found.group(group)
+            start, end = found.span(group)
+            new = self.quoted(content)
+            if _ARTICLE.search(text[last : found.start()]) and _vowel(new) != _vowel(content):
+                raise self.fail(f"an article before {content!r} would not fit {new!r}")
+            out += [text[last:start], new]
+            last = end
+        self.check_prose(text[last:], "a string")
+        return "".join(out) + text[last:]
+
+    def constant(self, node: ast.Constant) -> None:
+        start = self.offset(node.lineno, node.col_offset)
+        end = self.offset(node.end_lineno or node.lineno, node.end_col_offset or 0)
+        old = self.src[start:end].decode("utf-8")
+        self.edit(start, old, self.string(old))
+
+    def all_entry(self, node: ast.expr) -> None:
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            raise self.fail("an entry of __all__ that is not a string")
+        quote = self.src[self.offset(node.lineno, node.col_offset) :][:1].decode()
+        if quote not in "'\"":
+            raise self.fail(f"cannot read the __all__ entry {node.value!r}")
+        self.edit(
+            self.offset(node.lineno, node.col_offset),
+            quote + node.value + quote,
+            quote + self.sync_name(node.value) + quote,
+        )
+
+    # --- the tree ----------------------------------------------------------------------
+
+    def convert(self) -> str:
+        tree = ast.parse(self.text, filename=self.filename)
+        done: set[int] = set()  # string constants already handled
+        for node in ast.walk(tree):
+            self.line = getattr(node, "lineno", self.line)
+            if id(node) not in done:
+                done |= self.visit(node)
+        self.check_comments()
+        out = self.src
+        ends = len(out) + 1
+        for start, end, new in sorted(self.edits, reverse=True):
+            if end > ends:
+                raise self.fail("two edits overlap")
+            out = out[:start] + new + out[end:]
+            ends = start
+        return out.decode("utf-8")
+
+    def visit(self, node: ast.AST) -> set[int]:
+        """Record the edits ``node`` itself needs; the ids of constants it handled."""
+        match node:
+            case ast.AsyncFunctionDef():
+                self.drop(node, "async")
+                self.rename_after(node, r"async[ \t]+def[ \t]+(\w+)", node.name)
+            case ast.FunctionDef():
+                self.rename_after(node, r"def[ \t]+(\w+)", node.name)
+            case ast.ClassDef():
+                self.rename_after(node, r"class[ \t]+(\w+)", node.name)
+            case ast.AsyncWith() | ast.AsyncFor():
+                self.drop(node, "async")
+            case ast.Await():
+                self.drop(node, "await")
+            case ast.comprehension(is_async=1):
+                raise self.fail("an async comprehension has no sync form here")
+            case ast.Name():
+                self.rename(node.lineno, node.col_offset, node.id)
+            case ast.Attribute():
+                end = node.end_col_offset or 0
+                self.rename(node.end_lineno or node.lineno, end - len(node.attr), node.attr)
+            case ast.arg():
+                self.rename(node.lineno, node.col_offset, node.arg)
+            case ast.keyword(arg=str(name)):
+                self.rename(node.lineno, node.col_offset, name)
+            case ast.alias():
+                self.rename(node.lineno, node.col_offset, node.name)
+                if node.asname is not None:
+                    end = node.end_col_offset or 0
+                    self.rename(node.end_lineno or node.lineno, end - len(node.asname), node.asname)
+            case ast.ImportFrom(module=str(module)):
+                self.rename_after(node, r"from[ \t]+\.*[ \t]*([\w.]+)", module)
+            case ast.Assign(targets=[ast.Name(id="__all__")], value=ast.List() | ast.Tuple()):
+                assert isinstance(node.value, ast.List | ast.Tuple)
+                for entry in node.value.elts:
+                    self.all_entry(entry)
+                return {id(e) for e in node.value.elts}
+            case ast.JoinedStr():
+                parts = [v for v in node.values if isinstance(v, ast.Constant)]
+                for part in parts:
+                    if self.string(str(part.value)) != part.value:
+                        raise self.fail("an f-string with a name to map")
+                return {id(p) for p in parts}
+            case ast.Constant(value=str()):
+                self.constant(node)
+            case _:
+                self.check_identifiers(node)
+        return set()
+
+    def check_identifiers(self, node: ast.AST) -> None:
+        """Names where :meth:`visit` renames nothing (``global``, ``except ... as``,
+        patterns) must need no renaming."""
+        for field in ("name", "names", "rest", "kwd_attrs"):
+            value = getattr(node, field, None)
+            for name in value if isinstance(value, list) else [value]:
+                if isinstance(name, str) and self.sync_name(name) != name:
+                    raise self.fail(f"{name!r} here is not renamed by the generator")
+
+    def check_comments(self) -> None:
+        for tok in tokenize.generate_tokens(io.StringIO(self.text).readline):
+            if tok.type == tokenize.COMMENT:
+                self.line = tok.start[0]
+                self.check_prose(tok.string, "a comment")
+
+
+def convert(source: str, filename: str = "<source>") -> tuple[str, set[str]]:
+    """The sync module for the async module text ``source`` (before ruff), and the
+    :data:`NAMES` entries it used. Raises :class:`MappingError`."""
+    converter = _Converter(source, filename)
+    return converter.convert(), converter.used
 
 
 def _ruff(args: list[str], text: str, filename: Path) -> str:
@@ -192,31 +323,44 @@ def _ruff(args: list[str], text: str, filename: Path) -> str:
     return done.stdout
 
 
-def generate(source: Path, target: Path, extra: dict[str, str]) -> str:
-    """The full text ``target`` must hold."""
-    text = convert(source.read_text(encoding="utf-8"), extra)
-    text = HEADER.format(source=source.relative_to(ROOT).as_posix()) + text
-    text = _ruff(["check", "--fix-only", "--exit-zero", "--select", "I,F401"], text, target)
-    return _ruff(["format"], text, target)
+def generate(source: str, target: str) -> tuple[str, set[str]]:
+    """The full text the generated module ``target`` must hold, and the names used."""
+    text, used = convert((ROOT / source).read_text(encoding="utf-8"), source)
+    text = HEADER.format(source=source) + text
+    text = _ruff(["check", "--fix-only", "--exit-zero", "--select", "I,F401"], text, ROOT / target)
+    return _ruff(["format"], text, ROOT / target), used
+
+
+def _generated() -> Iterator[tuple[Path, str]]:
+    used: set[str] = set()
+    for source, target in PAIRS:
+        text, names = generate(source, target)
+        used |= names
+        yield ROOT / target, text
+    if unused := sorted(set(NAMES) - used):
+        raise MappingError(f"NAMES entries no source uses: {', '.join(unused)}")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument(
         "--check", action="store_true", help="fail if a generated file is out of date"
     )
     args = parser.parse_args()
     stale = []
-    for source, target, extra in PAIRS:
-        wanted = generate(source, target, extra)
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
-        if wanted == current:
-            continue
-        if args.check:
-            stale.append(target.relative_to(ROOT).as_posix())
-        else:
-            target.write_text(wanted, encoding="utf-8")
-            print(f"wrote {target.relative_to(ROOT)}")
+    try:
+        for target, wanted in list(_generated()):
+            current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if wanted == current:
+                continue
+            if args.check:
+                stale.append(target.relative_to(ROOT).as_posix())
+            else:
+                target.write_text(wanted, encoding="utf-8")
+                print(f"wrote {target.relative_to(ROOT)}")
+    except MappingError as exc:
+        print(f"cannot generate: {exc}", file=sys.stderr)
+        return 2
     if stale:
         print(
             f"out of date: {', '.join(stale)}; run `python tools/async_to_sync.py`",

@@ -1,5 +1,5 @@
-"""The LangGraph checkpointer interface (langgraph-checkpoint 4.x) on an
-:class:`~cwstore.AsyncStore`.
+"""The LangGraph checkpointer interface (langgraph-checkpoint 4.x) on a cwstore store
+(:class:`~cwstore.AsyncStore`).
 
 The mapping (which nodes a put writes, how branches are kept apart) is pure and lives
 in :mod:`cwstore.langgraph._mapping`; this module only reads and appends. Writes go
@@ -7,8 +7,8 @@ through the store's public :meth:`~cwstore.AsyncStore.append` and
 :meth:`~cwstore.AsyncStore.erase`; reads are the named queries of
 ``cwstore/langgraph/queries.sql`` over cwstore's documented tables.
 
-This module is written once: ``tools/async_to_sync.py`` generates
-:mod:`cwstore.langgraph._saver_sync` (:class:`CwstoreSaver`) from it.
+The saver is written once: ``tools/async_to_sync.py`` generates
+``cwstore/langgraph/_saver_sync.py`` from ``cwstore/langgraph/_saver_async.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql, migrate
+from .. import _sql
+from .._migrate_async import migrate_dsn
 from ..drivers._protocol import AsyncConnection
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store_async import AsyncStore, connect
@@ -101,7 +102,7 @@ def _tuple(serde: SerializerProtocol, thread_id: str, ns: str, loaded: Loaded) -
 
 
 class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
-    """A LangGraph checkpointer keeping each thread as a cwstore graph (async).
+    """A LangGraph checkpointer keeping each thread as a cwstore graph.
 
     Parameters
     ----------
@@ -134,7 +135,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        await migrate.migrate_dsn(self.store.dsn)
+        await migrate_dsn(self.store.dsn)
 
     # --- reading ------------------------------------------------------------------------
 
