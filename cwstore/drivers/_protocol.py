@@ -1,6 +1,7 @@
 """What a store needs from a PostgreSQL driver, stated once for every adapter.
 
-Every query text uses ``$1, $2`` placeholders. Rows are plain tuples; ``jsonb`` and
+Every query text uses ``$1, $2`` placeholders. A row is read by column name
+(``row["length"]``) or by position, with the same values either way; ``jsonb`` and
 ``json`` come back as text, ``timestamptz`` as an aware :class:`~datetime.datetime`,
 arrays as lists, so both adapters hand back identical values. Every server or
 connection error leaves an adapter as a :class:`cwstore.Error` (mapped from its SQLSTATE
@@ -10,12 +11,30 @@ own exception.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, LiteralString, Protocol
+from typing import Any, LiteralString, Protocol, overload
 
-Row = tuple[Any, ...]
-"""One result row."""
+
+class Row(Protocol):
+    """One result row: a column by its name in the query (``row["length"]``) or by
+    position (``row[0]``); ``len`` and iteration give the columns in the query's order.
+    Callers read columns by name, so a row does not depend on the order of a query's
+    columns."""
+
+    @overload
+    def __getitem__(self, key: str, /) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: int, /) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+CopyRecord = Sequence[Any]
+"""One row written by :meth:`AsyncConnection.copy_records`, values in column order."""
 
 
 class AsyncConnection(Protocol):
@@ -48,7 +67,7 @@ class AsyncConnection(Protocol):
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None:
@@ -118,7 +137,7 @@ class Connection(Protocol):
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None: ...
