@@ -32,7 +32,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql, migrate
-from ..drivers._protocol import AsyncConnection
+from ..drivers._protocol import AsyncConnection, Row
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store_async import AsyncStore, connect
 from ._mapping import (
@@ -147,13 +147,14 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             return None
         return await self._parts(conn, row)
 
-    async def _parts(self, conn: AsyncConnection, row: Sequence[Any]) -> Loaded:
-        graph_id, _seq, node_id, text = row
+    async def _parts(self, conn: AsyncConnection, row: Row) -> Loaded:
+        """The checkpoint of a ``checkpoint`` or ``list`` row, with its parts."""
+        node_id, text = row["id"], row["payload_text"]
         head = json.loads(text)
         segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
         rows = await conn.fetch(
             _q("parts"),
-            graph_id,
+            row["graph_id"],
             sorted(head["values"].values()),
             [c for c, _ in segments],
             [s[0] for _, s in segments],
@@ -185,7 +186,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         wanted = None if not filter else json.dumps(filter)
         async with self.store._pool.connection() as conn:
             if config is None:
-                targets = [_split(str(r[0])) for r in await conn.fetch(_q("all_graphs"))]
+                targets = [_split(str(r["name"])) for r in await conn.fetch(_q("all_graphs"))]
             else:
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
@@ -206,8 +207,8 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
         async with self.store._pool.connection() as conn:
-            for key, head_id, version in await conn.fetch(_q("heads"), graph, list(keys)):
-                found[key] = (head_id, int(version))
+            for r in await conn.fetch(_q("heads"), graph, list(keys)):
+                found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
     async def aput(
@@ -310,7 +311,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _thread_graphs(self, thread_id: str) -> _Names:
         async with self.store._pool.connection() as conn:
             rows = await conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
-        return [str(r[0]) for r in rows]
+        return [str(r["name"]) for r in rows]
 
     async def _erase(self, graph: str, reason: str) -> None:
         self._memo.forget(graph)
@@ -381,7 +382,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             return
         runs = {str(r) for r in run_ids}
         async with self.store._pool.connection() as conn:
-            graphs = [str(r[0]) for r in await conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
+            graphs = [
+                str(r["name"]) for r in await conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)
+            ]
         for graph in graphs:
             loaded = await self._read_all(graph)
             keep = [

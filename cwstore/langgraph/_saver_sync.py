@@ -34,7 +34,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql, migrate
-from ..drivers._protocol import Connection
+from ..drivers._protocol import Connection, Row
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store import Store, connect_sync
 from ._mapping import (
@@ -147,13 +147,14 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             return None
         return self._parts(conn, row)
 
-    def _parts(self, conn: Connection, row: Sequence[Any]) -> Loaded:
-        graph_id, _seq, node_id, text = row
+    def _parts(self, conn: Connection, row: Row) -> Loaded:
+        """The checkpoint of a ``checkpoint`` or ``list`` row, with its parts."""
+        node_id, text = row["id"], row["payload_text"]
         head = json.loads(text)
         segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
         rows = conn.fetch(
             _q("parts"),
-            graph_id,
+            row["graph_id"],
             sorted(head["values"].values()),
             [c for c, _ in segments],
             [s[0] for _, s in segments],
@@ -185,7 +186,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         wanted = None if not filter else json.dumps(filter)
         with self.store._pool.connection() as conn:
             if config is None:
-                targets = [_split(str(r[0])) for r in conn.fetch(_q("all_graphs"))]
+                targets = [_split(str(r["name"])) for r in conn.fetch(_q("all_graphs"))]
             else:
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
@@ -206,8 +207,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
         with self.store._pool.connection() as conn:
-            for key, head_id, version in conn.fetch(_q("heads"), graph, list(keys)):
-                found[key] = (head_id, int(version))
+            for r in conn.fetch(_q("heads"), graph, list(keys)):
+                found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
     def put(
@@ -310,7 +311,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def _thread_graphs(self, thread_id: str) -> _Names:
         with self.store._pool.connection() as conn:
             rows = conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
-        return [str(r[0]) for r in rows]
+        return [str(r["name"]) for r in rows]
 
     def _erase(self, graph: str, reason: str) -> None:
         self._memo.forget(graph)
@@ -381,7 +382,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             return
         runs = {str(r) for r in run_ids}
         with self.store._pool.connection() as conn:
-            graphs = [str(r[0]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
+            graphs = [str(r["name"]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
         for graph in graphs:
             loaded = self._read_all(graph)
             keep = [

@@ -134,7 +134,7 @@ class LiveHub:
             self.poll_seconds = STANDBY_POLL_SECONDS if standby else POLL_SECONDS
             if g is None:
                 raise UnknownGraphError(graph=graph)
-            graph_id, incarnation, last = int(g[0]), int(g[3]), after
+            graph_id, incarnation, last = int(g["graph_id"]), int(g["incarnation"]), after
             self._waiting[woken] = graph_id
             self._start()
             while True:
@@ -147,8 +147,8 @@ class LiveHub:
                     if not rows:
                         alive = bool(await conn.fetchval(q("graph_alive"), graph_id, incarnation))
                 for r in rows:
-                    last = int(r[0])
-                    yield node_from_row(*r)
+                    last = int(r["seq"])
+                    yield node_from_row(r)
                 if not alive:
                     raise GraphErasedError(graph=graph)
                 if not rows:
