@@ -21,7 +21,7 @@ wake-up; the table is the truth), and poll elsewhere (a hot standby, a pooler).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -68,7 +68,7 @@ from ._store_base import (
     q,
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
-from .drivers._protocol import Connection, Pool, Row
+from .drivers._protocol import Connection, Listener, Pool, Row
 from .drivers.psycopg import PsycopgPool
 from .dsn import resolve_dsn
 from .errors import (
@@ -216,6 +216,18 @@ class Store:
     def close(self) -> None:
         """Close every connection of the pool."""
         self._pool.close()
+
+    def _connection(self) -> AbstractContextManager[Connection]:
+        """Borrow a connection of this store's pool, for cwstore's own tools that run
+        queries of their own beside the store's (the view, the LangGraph saver): ``$1``
+        placeholders, rows read by column name, every error a cwstore error, this
+        store's settings (tenant, statement timeout) in effect. Not public API."""
+        return self._pool.connection()
+
+    def _listener(self) -> AbstractContextManager[Listener]:
+        """A follower of this store's database, as :meth:`tail` uses (it listens, or polls
+        on a hot standby or through a pooler): for cwstore's own tools. Not public API."""
+        return self._pool.listener()
 
     def _graph(self, conn: Connection, graph: str) -> Row:
         check_graph_name(graph)

@@ -18,7 +18,7 @@ wake-up; the table is the truth), and poll elsewhere (a hot standby, a pooler).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import suppress
+from contextlib import AbstractAsyncContextManager, suppress
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -65,7 +65,7 @@ from ._store_base import (
     q,
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
-from .drivers._protocol import AsyncConnection, AsyncPool, Row
+from .drivers._protocol import AsyncConnection, AsyncListener, AsyncPool, Row
 from .drivers.asyncpg import AsyncpgPool
 from .dsn import resolve_dsn
 from .errors import (
@@ -213,6 +213,18 @@ class AsyncStore:
     async def close(self) -> None:
         """Close every connection of the pool."""
         await self._pool.close()
+
+    def _connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """Borrow a connection of this store's pool, for cwstore's own tools that run
+        queries of their own beside the store's (the view, the LangGraph saver): ``$1``
+        placeholders, rows read by column name, every error a cwstore error, this
+        store's settings (tenant, statement timeout) in effect. Not public API."""
+        return self._pool.connection()
+
+    def _listener(self) -> AbstractAsyncContextManager[AsyncListener]:
+        """A follower of this store's database, as :meth:`tail` uses (it listens, or polls
+        on a hot standby or through a pooler): for cwstore's own tools. Not public API."""
+        return self._pool.listener()
 
     async def _graph(self, conn: AsyncConnection, graph: str) -> Row:
         check_graph_name(graph)

@@ -38,6 +38,7 @@ NAMES = {
     "connect": "connect_sync",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncConnection": "Connection",
     "AsyncListener": "Listener",
     "AsyncPool": "Pool",

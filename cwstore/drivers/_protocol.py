@@ -37,6 +37,10 @@ CopyRecord = Sequence[Any]
 """One row written by :meth:`AsyncConnection.copy_records`, values in column order."""
 
 
+MAX_PAYLOADS = 1000
+"""A listener keeps at most this many notifications' payloads between two waits."""
+
+
 class AsyncConnection(Protocol):
     """A connection borrowed from an :class:`AsyncPool`, in autocommit mode."""
 
@@ -88,10 +92,15 @@ class AsyncListener(AsyncConnection, Protocol):
     a primary), or one that polls (a hot standby; through a transaction-mode pooler,
     each statement on a pooled connection, in a transaction of its own)."""
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> list[str]:
         """Return after a notification arrived since the last call, or after ``timeout``
         seconds; a polling follower returns after its polling interval instead. A
-        notification is only a wake-up: the caller reads the table."""
+        notification is only a wake-up: the caller reads the table.
+
+        Returns the payloads of the notifications since the last call (each
+        ``graph_id:...``, the graph a commit touched), or an empty list when none is
+        known (a timeout, a poll, or more than :data:`MAX_PAYLOADS` arrived): then any
+        graph may have changed."""
         ...
 
 
@@ -146,7 +155,7 @@ class Connection(Protocol):
 class Listener(Connection, Protocol):
     """The sync twin of :class:`AsyncListener`."""
 
-    def wait(self, timeout: float) -> None: ...
+    def wait(self, timeout: float) -> list[str]: ...
 
 
 class Pool(Protocol):

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .._sql import queries
 from ..errors import DatabaseError, Error, InputError, map_error
-from ._protocol import CopyRecord, Row
+from ._protocol import MAX_PAYLOADS, CopyRecord, Row
 
 __all__ = [
     "ERRORS",
@@ -276,17 +276,24 @@ class AsyncpgListener(AsyncpgConnection):
     def __init__(self, raw: asyncpg.Connection, interval: float | None) -> None:
         super().__init__(raw)
         self._event = asyncio.Event()
+        self._payloads: list[str] | None = []
         self.interval = interval
 
-    def _wake(self, *_: Any) -> None:
+    def _wake(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if self._payloads is not None:
+            self._payloads.append(str(payload))
+            if len(self._payloads) > MAX_PAYLOADS:
+                self._payloads = None  # too many to keep: say "anything may have changed"
         self._event.set()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> list[str]:
         if self.interval is not None:
             timeout = self.interval
         with suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
         self._event.clear()
+        payloads, self._payloads = self._payloads or [], []
+        return payloads
 
 
 class AsyncpgPoller:
@@ -328,8 +335,9 @@ class AsyncpgPoller:
     ) -> None:
         raise TypeError("a follower through a pooler does not write")
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> list[str]:
         await asyncio.sleep(self.interval)
+        return []
 
 
 async def close_listener(raw: asyncpg.Connection, *, registered: bool = True) -> None:

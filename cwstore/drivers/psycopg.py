@@ -25,7 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from .._sql import queries
 from ..errors import DatabaseError, Error, map_error
-from ._protocol import CopyRecord, Row
+from ._protocol import MAX_PAYLOADS, CopyRecord, Row
 
 __all__ = [
     "ERRORS",
@@ -256,13 +256,13 @@ class PsycopgListener(PsycopgConnection):
         super().__init__(raw)
         self.interval = interval
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> list[str]:
         if self.interval is not None:
             time.sleep(self.interval)
-            return
+            return []
         select.select([self.raw.fileno()], [], [], timeout)
-        for _ in self.raw.notifies(timeout=0):
-            pass
+        payloads = [n.payload for n in self.raw.notifies(timeout=0)]
+        return [] if len(payloads) > MAX_PAYLOADS else payloads
 
 
 class PsycopgPoller:
@@ -304,8 +304,9 @@ class PsycopgPoller:
     ) -> None:
         raise TypeError("a follower through a pooler does not write")
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> list[str]:
         time.sleep(self.interval)
+        return []
 
 
 class PsycopgPool:

@@ -149,7 +149,7 @@ def test_live_streams_share_connections_and_give_them_back(dsn: str) -> None:
         socks = [_open_stream(url, "g") for _ in range(STREAMS)]
         try:
             during = _backends(dsn)
-            # The view's two pools (4 each) and one listening connection, however
+            # The store's pool (8) and one listening connection, however
             # many pages follow.
             assert during <= 9, f"{during} backends for {STREAMS} live streams"
             assert _listeners(dsn) <= 1
