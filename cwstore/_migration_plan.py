@@ -7,9 +7,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, LiteralString, cast
+from typing import Final, LiteralString
 
 from cwstore._sql import Migration, SchemaFile, migrations, schema
+from cwstore.drivers._protocol import Row
 from cwstore.errors import MigrationError
 
 __all__ = [
@@ -164,13 +165,14 @@ def plan(files: Sequence[Migration], applied: Sequence[AppliedMigration]) -> lis
     return pending
 
 
-def _applied_rows(rows: Sequence[Sequence[object]]) -> list[AppliedMigration]:
+def _applied_rows(rows: Sequence[Row]) -> list[AppliedMigration]:
+    """The rows of ``_READ_APPLIED``, by column name."""
     return [
         AppliedMigration(
-            version=cast(int, r[0]),
-            name=cast(str, r[1]),
-            sha256=cast(str, r[2]),
-            applied_at=cast(datetime, r[3]),
+            version=r["version"],
+            name=r["name"],
+            sha256=r["sha256"],
+            applied_at=r["applied_at"],
         )
         for r in rows
     ]

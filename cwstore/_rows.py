@@ -1,4 +1,6 @@
-"""The rows the named queries return, as the stores' results. No I/O."""
+"""The rows the named queries return, as the stores' results. No I/O.
+
+Each column is read by its name in ``cwstore/sql/queries.sql``."""
 
 from __future__ import annotations
 
@@ -8,56 +10,55 @@ from typing import Any
 from . import jsontext
 from ._args import check_read_length
 from .document import AgentState, CausalNode, nodes_from_objs
+from .drivers._protocol import Row
 from .results import ErasedGraph, ErasedIdleGraph, GraphInfo, IdleGraph, KeyVersion
 
 __all__ = ["export_text", "key_version", "node_from_row", "state_from_text", "stored_nodes"]
 
 
-def erased_graph(row: Sequence[Any]) -> ErasedGraph:
+def erased_graph(row: Row) -> ErasedGraph:
     """An ``erase_tenant`` row as an :class:`ErasedGraph`."""
-    return ErasedGraph(row[0], int(row[1]))
+    return ErasedGraph(row["graph"], int(row["nodes"]))
 
 
-def idle_graph(row: Sequence[Any]) -> IdleGraph:
+def idle_graph(row: Row) -> IdleGraph:
     """An ``idle_graphs`` row as an :class:`IdleGraph`."""
-    return IdleGraph(row[0], row[1], int(row[2]), row[3])
+    return IdleGraph(row["graph"], row["tenant"], int(row["length"]), row["last_write"])
 
 
-def erased_idle_graph(row: Sequence[Any]) -> ErasedIdleGraph:
+def erased_idle_graph(row: Row) -> ErasedIdleGraph:
     """An ``erase_idle`` row as an :class:`ErasedIdleGraph`."""
-    return ErasedIdleGraph(row[0], row[1], int(row[2]), row[3])
+    return ErasedIdleGraph(row["graph"], row["tenant"], int(row["nodes"]), row["last_write"])
 
 
-def graph_info(row: Sequence[Any]) -> GraphInfo:
+def graph_info(row: Row) -> GraphInfo:
     """A ``graphs_list`` row as a :class:`GraphInfo`."""
-    name, length, vocabulary, created_at, tenant = row
+    vocabulary = row["vocabulary"]
     return GraphInfo(
-        name, int(length), None if vocabulary is None else tuple(vocabulary), created_at, tenant
+        row["name"],
+        int(row["length"]),
+        None if vocabulary is None else tuple(vocabulary),
+        row["created_at"],
+        row["tenant"],
     )
 
 
-def node_from_row(
-    seq: int,
-    node_id: str,
-    kind: str,
-    parents: Sequence[str],
-    payload_text: str,
-    created_at: str,
-    resource_key: str | None,
-) -> CausalNode:
-    """A stored row as the runtime's node (payload parsed from its exact text)."""
+def node_from_row(row: Row) -> CausalNode:
+    """A stored node's row (columns ``seq, id, kind, parents, payload_text,
+    created_at_text, resource_key``, as the tail queries return) as the runtime's node,
+    its payload parsed from its exact text."""
     return CausalNode.model_construct(
-        id=node_id,
-        kind=kind,
-        parents=tuple(parents),
-        payload=jsontext.loads(payload_text),
-        created_at=created_at,
-        sequence=int(seq),
-        resource_key=resource_key,
+        id=row["id"],
+        kind=row["kind"],
+        parents=tuple(row["parents"]),
+        payload=jsontext.loads(row["payload_text"]),
+        created_at=row["created_at_text"],
+        sequence=int(row["seq"]),
+        resource_key=row["resource_key"],
     )
 
 
-def stored_nodes(batch: list[dict[str, Any]], rows: Sequence[Any]) -> list[CausalNode]:
+def stored_nodes(batch: list[dict[str, Any]], rows: Sequence[Row]) -> list[CausalNode]:
     """The nodes ``append_v1`` returned, as stored.
 
     A node this call wrote is the one sent; one the graph already held comes back with
@@ -65,47 +66,44 @@ def stored_nodes(batch: list[dict[str, Any]], rows: Sequence[Any]) -> list[Causa
     """
     by_id = {n["id"]: n for n in batch}
     out: list[CausalNode] = []
-    for seq, nid, created, _recorded, written, payload_text in rows:
-        n = by_id[nid]
+    for r in rows:
+        n = by_id[r["id"]]
         out.append(
             CausalNode.model_construct(
-                id=nid,
+                id=r["id"],
                 kind=n["kind"],
                 parents=tuple(n["parents"]),
-                payload=n["payload"] if written else jsontext.loads(payload_text),
-                created_at=created,
-                sequence=int(seq),
+                payload=n["payload"] if r["written"] else jsontext.loads(r["payload_text"]),
+                created_at=r["created_at"],
+                sequence=int(r["seq"]),
                 resource_key=n.get("resourceKey"),
             )
         )
     return out
 
 
-def key_version(key: str, row: Sequence[Any]) -> KeyVersion:
+def key_version(key: str, row: Row) -> KeyVersion:
     """A ``key_history`` row as a :class:`KeyVersion`."""
-    version, seq, node_id, kind, created_at, recorded_at, payload_text = row
     return KeyVersion(
         key=key,
-        version=int(version),
-        sequence=int(seq),
-        id=node_id,
-        kind=kind,
-        created_at=created_at,
-        recorded_at=recorded_at,
-        payload=jsontext.loads(payload_text),
+        version=int(row["version"]),
+        sequence=int(row["seq"]),
+        id=row["id"],
+        kind=row["kind"],
+        created_at=row["created_at_text"],
+        recorded_at=row["recorded_at"],
+        payload=jsontext.loads(row["payload_text"]),
     )
 
 
-def export_rows(
-    graph: str, seq: int | None, rows: Sequence[Sequence[Any]]
-) -> tuple[str, list[str]]:
+def export_rows(graph: str, seq: int | None, rows: Sequence[Row]) -> tuple[str, list[str]]:
     """(nodes JSON array text, frontier) from the rows of query ``export``
     (``export_parts_v1``): the first row holds the length and the frontier, the others
     the nodes array's text in parts, so no single database value holds the whole graph.
     Raises :class:`InputError` for a read as of a sequence the graph does not hold."""
     head = rows[0]
-    check_read_length(graph, seq, int(head[0]))
-    return "[" + ",".join(r[3] for r in rows[1:]) + "]", list(head[4])
+    check_read_length(graph, seq, int(head["length"]))
+    return "[" + ",".join(r["nodes"] for r in rows[1:]) + "]", list(head["frontier"])
 
 
 def export_text(nodes_array: str, frontier: Sequence[str]) -> str:

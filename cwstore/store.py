@@ -22,7 +22,7 @@ only a wake-up; the table is the truth), and poll elsewhere (a hot standby, a po
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -69,7 +69,7 @@ from ._store_base import (
     q,
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
-from .drivers._protocol import Connection, Pool, Row
+from .drivers._protocol import Connection, Listener, Pool, Row
 from .drivers.psycopg import PsycopgPool
 from .dsn import resolve_dsn
 from .errors import (
@@ -218,6 +218,18 @@ class Store:
         """Close every connection of the pool."""
         self._pool.close()
 
+    def _connection(self) -> AbstractContextManager[Connection]:
+        """Borrow a connection of this store's pool, for cwstore's own tools that run
+        queries of their own beside the store's (the view, the LangGraph saver): ``$1``
+        placeholders, rows read by column name, every error a cwstore error, this
+        store's settings (tenant, statement timeout) in effect. Not public API."""
+        return self._pool.connection()
+
+    def _listener(self) -> AbstractContextManager[Listener]:
+        """A follower of this store's database, as :meth:`tail` uses (it listens, or polls
+        on a hot standby or through a pooler): for cwstore's own tools. Not public API."""
+        return self._pool.listener()
+
     def _graph(self, conn: Connection, graph: str) -> Row:
         check_graph_name(graph)
         row = conn.fetchrow(q("graph_get"), graph)
@@ -236,7 +248,7 @@ class Store:
     def length(self, graph: str) -> int:
         """How many nodes the graph holds. Raises :class:`UnknownGraphError`."""
         with self._pool.connection() as conn:
-            return int((self._graph(conn, graph))[1])
+            return int((self._graph(conn, graph))["length"])
 
     # --- import and replay ---------------------------------------------------------------
 
@@ -387,16 +399,16 @@ class Store:
         # the graph, even when it is erased and created again meanwhile.
         with self._pool.connection() as conn, conn.transaction(snapshot=True):
             row = conn.fetchrow(q("graph_get"), graph)
-            stored = check_stored_length(graph, todo, row[1] if row else 0, expected_length)
+            stored = check_stored_length(graph, todo, row["length"] if row else 0, expected_length)
             if stored and row is not None:
                 ids = todo.plain_ids(stored)
                 if ids is None:
                     raise ValidationError(validate(state))
-                bad = conn.fetchval(q("first_mismatch"), row[0], ids)
+                bad = conn.fetchval(q("first_mismatch"), row["graph_id"], ids)
                 if bad is not None:
                     raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
                 if stored == len(todo):
-                    current = [r[0] for r in conn.fetch(q("frontier_now"), row[0])]
+                    current = [r["id"] for r in conn.fetch(q("frontier_now"), row["graph_id"])]
                     if current == list(todo.frontier):
                         self._saved.remember(graph, SavedPrefix.of_state(todo, stored))
                         return []
@@ -421,10 +433,10 @@ class Store:
         with self._pool.connection() as conn, conn.transaction():
             conn.execute(q("read_snapshot"))
             row = conn.fetchrow(q("graph_get"), graph)
-            if row is None or int(row[1]) != prefix.length:
+            if row is None or int(row["length"]) != prefix.length:
                 self._saved.forget(graph)
                 return False
-            current = [r[0] for r in conn.fetch(q("frontier_now"), row[0])]
+            current = [r["id"] for r in conn.fetch(q("frontier_now"), row["graph_id"])]
         if current != list(todo.frontier):
             self._append_rows(graph, todo.objects(-1), prefix.length, todo.frontier)
         return True
@@ -434,7 +446,7 @@ class Store:
         parents."""
         with self._pool.connection() as conn:
             g = self._graph(conn, graph)
-            return [r[0] for r in conn.fetch(q("frontier_now"), g[0])]
+            return [r["id"] for r in conn.fetch(q("frontier_now"), g["graph_id"])]
 
     # --- reading state ---------------------------------------------------------------------
 
@@ -461,7 +473,7 @@ class Store:
         check_key(key)
         with self._pool.connection() as conn:
             g = self._graph(conn, graph)
-            rows = conn.fetch(q("key_history"), g[0], key)
+            rows = conn.fetch(q("key_history"), g["graph_id"], key)
         return [key_version(key, r) for r in rows]
 
     # --- erasure and retention ------------------------------------------------------------
@@ -526,7 +538,7 @@ class Store:
             while True:
                 rows = conn.fetch(q("erase_tenant"), tenant, reason, batch)
                 for r in rows:
-                    self._saved.forget(r[0])
+                    self._saved.forget(r["graph"])
                 if not rows:
                     return erased
                 erased.extend(erased_graph(r) for r in rows)
@@ -573,7 +585,7 @@ class Store:
             while True:
                 rows = conn.fetch(q("erase_idle"), idle, tenant, reason, batch)
                 for r in rows:
-                    self._saved.forget(r[0])
+                    self._saved.forget(r["graph"])
                 if not rows:
                     return erased
                 erased.extend(erased_idle_graph(r) for r in rows)
@@ -593,14 +605,14 @@ class Store:
         check_after(after)
         with self._pool.listener() as conn:
             g = self._graph(conn, graph)
-            graph_id, incarnation, last = int(g[0]), int(g[3]), after
+            graph_id, incarnation, last = int(g["graph_id"]), int(g["incarnation"]), after
             while True:
                 rows = conn.fetch(
                     q("tail_graph"), graph_id, last, _TAIL_BATCH, TAIL_BATCH_BYTES, incarnation
                 )
                 for r in rows:
-                    last = int(r[0])
-                    yield node_from_row(*r)
+                    last = int(r["seq"])
+                    yield node_from_row(r)
                 if not rows:
                     if not conn.fetchval(q("graph_alive"), graph_id, incarnation):
                         raise GraphErasedError(graph=graph)
@@ -629,10 +641,10 @@ class Store:
                     TAIL_BATCH_BYTES,
                 )
                 for r in rows:
-                    cursor = Cursor(int(r[0]), int(r[1]), int(r[3]))
-                    if r[10]:
+                    cursor = Cursor(int(r["xid"]), int(r["graph_id"]), int(r["seq"]))
+                    if r["erased"]:
                         yield ErasedItem(cursor, cursor.graph_id)
                     else:
-                        yield TailItem(cursor, r[2], node_from_row(*r[3:10]))
+                        yield TailItem(cursor, r["name"], node_from_row(r))
                 if not rows:
                     conn.wait(_POLL_SECONDS)

@@ -42,6 +42,7 @@ from .document import (
     parse_document,
     validate_in_slices,
 )
+from .drivers._protocol import Row
 from .errors import DivergedError, LengthConflictError, ValidationError, Violation
 
 __all__ = [
@@ -342,16 +343,16 @@ class SaveMemory:
         prefix: SavedPrefix,
         state: StateToSave,
         new: Sequence[dict[str, Any]],
-        rows: Sequence[Sequence[Any]],
+        rows: Sequence[Row],
     ) -> bool:
         """Record that ``new`` (the nodes of ``state`` past ``prefix``) was appended
-        right after ``prefix``, given the rows ``append_v1`` returned (sequence, id, ...,
-        written at index 4). ``False`` (and the graph forgotten) when the rows say
+        right after ``prefix``, given the rows of query ``append`` (``seq``, ``id``,
+        ``written``, ...). ``False`` (and the graph forgotten) when the rows say
         otherwise: a node this call did not write (another writer got there first) or
         one at another sequence.
         """
         if len(rows) != len(new) or any(
-            r[0] != prefix.length + i or r[1] != m["id"] or not r[4]
+            r["seq"] != prefix.length + i or r["id"] != m["id"] or not r["written"]
             for i, (r, m) in enumerate(zip(rows, new, strict=True), start=1)
         ):
             self.forget(graph)

@@ -1,6 +1,7 @@
 """What a store needs from a PostgreSQL driver, stated once for every adapter.
 
-Every query text uses ``$1, $2`` placeholders. Rows are plain tuples; ``jsonb`` and
+Every query text uses ``$1, $2`` placeholders. A row is read by column name
+(``row["length"]``) or by position, with the same values either way; ``jsonb`` and
 ``json`` come back as text, ``timestamptz`` as an aware :class:`~datetime.datetime`,
 arrays as lists, so both adapters hand back identical values. Every server or
 connection error leaves an adapter as a :class:`cwstore.Error` (mapped from its SQLSTATE
@@ -10,12 +11,34 @@ own exception.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, LiteralString, Protocol
+from typing import Any, LiteralString, Protocol, overload
 
-Row = tuple[Any, ...]
-"""One result row."""
+
+class Row(Protocol):
+    """One result row: a column by its name in the query (``row["length"]``) or by
+    position (``row[0]``); ``len`` and iteration give the columns in the query's order.
+    Callers read columns by name, so a row does not depend on the order of a query's
+    columns."""
+
+    @overload
+    def __getitem__(self, key: str, /) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: int, /) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+CopyRecord = Sequence[Any]
+"""One row written by :meth:`AsyncConnection.copy_records`, values in column order."""
+
+
+MAX_PAYLOADS = 1000
+"""A listener keeps at most this many notifications' payloads between two waits."""
 
 
 class AsyncConnection(Protocol):
@@ -48,7 +71,7 @@ class AsyncConnection(Protocol):
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None:
@@ -69,10 +92,15 @@ class AsyncListener(AsyncConnection, Protocol):
     a primary), or one that polls (a hot standby; through a transaction-mode pooler,
     each statement on a pooled connection, in a transaction of its own)."""
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> list[str]:
         """Return after a notification arrived since the last call, or after ``timeout``
         seconds; a polling follower returns after its polling interval instead. A
-        notification is only a wake-up: the caller reads the table."""
+        notification is only a wake-up: the caller reads the table.
+
+        Returns the payloads of the notifications since the last call (each
+        ``graph_id:...``, the graph a commit touched), or an empty list when none is
+        known (a timeout, a poll, or more than :data:`MAX_PAYLOADS` arrived): then any
+        graph may have changed."""
         ...
 
 
@@ -118,7 +146,7 @@ class Connection(Protocol):
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None: ...
@@ -127,7 +155,7 @@ class Connection(Protocol):
 class Listener(Connection, Protocol):
     """The sync twin of :class:`AsyncListener`."""
 
-    def wait(self, timeout: float) -> None: ...
+    def wait(self, timeout: float) -> list[str]: ...
 
 
 class Pool(Protocol):

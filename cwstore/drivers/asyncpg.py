@@ -1,7 +1,9 @@
 """The asyncpg adapter of :class:`~cwstore.drivers._protocol.AsyncPool`.
 
 asyncpg speaks ``$1`` placeholders natively and returns ``json``/``jsonb`` as text
-(no codec is registered), so the only conversion is ``Record`` to ``tuple``.
+(no codec is registered), and its ``Record`` is a :class:`Row` as it comes (by name or
+position, ``len``, iteration, equal to the tuple of its values): rows are handed back
+unconverted.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from typing import Any, LiteralString, TypeAlias
+from typing import Any, LiteralString, TypeAlias, cast
 from urllib.parse import quote, urlencode
 
 import asyncpg
@@ -19,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .._sql import queries
 from ..errors import DatabaseError, Error, InputError, map_error
-from ._protocol import Row
+from ._protocol import MAX_PAYLOADS, CopyRecord, Row
 
 __all__ = [
     "ERRORS",
@@ -149,12 +151,11 @@ class AsyncpgConnection:
 
     async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
         async with self._scope():
-            return [tuple(r) for r in await self.raw.fetch(query, *args)]
+            return cast("list[Row]", await self.raw.fetch(query, *args))
 
     async def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
         async with self._scope():
-            row = await self.raw.fetchrow(query, *args)
-        return None if row is None else tuple(row)
+            return await self.raw.fetchrow(query, *args)
 
     async def fetchval(self, query: LiteralString, *args: Any) -> Any:
         async with self._scope():
@@ -189,7 +190,7 @@ class AsyncpgConnection:
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None:
@@ -216,7 +217,7 @@ class AsyncpgConnection:
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: AsyncIterator[Row] | list[Row],
+        records: AsyncIterator[CopyRecord] | list[CopyRecord],
     ) -> None:
         # asyncpg's COPY can wait forever for a socket that will never drain once the
         # backend is gone, so a termination listener cancels it.
@@ -245,7 +246,7 @@ class AsyncpgConnection:
             self.raw.remove_termination_listener(on_lost)
 
 
-async def _streamed(rows: Iterable[Row]) -> AsyncIterator[Row]:
+async def _streamed(rows: Iterable[CopyRecord]) -> AsyncIterator[CopyRecord]:
     """Hand rows to COPY, letting the event loop send each slice while the next is built."""
     for i, row in enumerate(rows):
         if i % 1000 == 0:
@@ -253,10 +254,10 @@ async def _streamed(rows: Iterable[Row]) -> AsyncIterator[Row]:
         yield row
 
 
-async def _drawn(rows: Iterator[Row], count: int) -> list[Row]:
+async def _drawn(rows: Iterator[CopyRecord], count: int) -> list[CopyRecord]:
     """The next ``count`` rows (fewer at the end), letting the event loop run every few
     rows: often enough that a COPY in flight keeps its socket full."""
-    out: list[Row] = []
+    out: list[CopyRecord] = []
     for row in rows:
         out.append(row)
         if len(out) == count:
@@ -275,17 +276,24 @@ class AsyncpgListener(AsyncpgConnection):
     def __init__(self, raw: asyncpg.Connection, interval: float | None) -> None:
         super().__init__(raw)
         self._event = asyncio.Event()
+        self._payloads: list[str] | None = []
         self.interval = interval
 
-    def _wake(self, *_: Any) -> None:
+    def _wake(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if self._payloads is not None:
+            self._payloads.append(str(payload))
+            if len(self._payloads) > MAX_PAYLOADS:
+                self._payloads = None  # too many to keep: say "anything may have changed"
         self._event.set()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> list[str]:
         if self.interval is not None:
             timeout = self.interval
         with suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
         self._event.clear()
+        payloads, self._payloads = self._payloads or [], []
+        return payloads
 
 
 class AsyncpgPoller:
@@ -321,14 +329,15 @@ class AsyncpgPoller:
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None:
         raise TypeError("a follower through a pooler does not write")
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float) -> list[str]:
         await asyncio.sleep(self.interval)
+        return []
 
 
 async def close_listener(raw: asyncpg.Connection, *, registered: bool = True) -> None:

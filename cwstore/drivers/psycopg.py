@@ -1,8 +1,9 @@
 """The psycopg (sync) adapter of :class:`~cwstore.drivers._protocol.Pool`.
 
 Connections use ``RawCursor`` so the ``$1`` query texts asyncpg takes serve psycopg
-too, plain tuple rows, and a text loader for ``json``/``jsonb`` so both drivers hand
-back the same values.
+too, rows that are tuples also read by column name (:class:`NamedRow`, as asyncpg's
+``Record``), and a text loader for ``json``/``jsonb`` so both drivers hand back the
+same values.
 """
 
 from __future__ import annotations
@@ -12,22 +13,24 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
+from functools import lru_cache
 from itertools import islice
-from typing import Any, LiteralString, TypeAlias
+from typing import Any, ClassVar, LiteralString, SupportsIndex, TypeAlias, cast, overload
 
 import psycopg
 from psycopg import pq, sql
-from psycopg.rows import TupleRow, tuple_row
+from psycopg.rows import RowMaker, TupleRow, no_result
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool
 
 from .._sql import queries
 from ..errors import DatabaseError, Error, map_error
-from ._protocol import Row
+from ._protocol import MAX_PAYLOADS, CopyRecord, Row
 
 __all__ = [
     "ERRORS",
     "DriverError",
+    "NamedRow",
     "PsycopgConnection",
     "PsycopgPoller",
     "PsycopgPool",
@@ -70,6 +73,42 @@ def _json_as_text(conn: Conn) -> None:
         conn.adapters.register_loader(name, TextLoader)
 
 
+class NamedRow(tuple[Any, ...]):
+    """A row as a tuple (equal to the tuple of its values, unpacked and sliced as one)
+    whose columns are also read by name: ``row["length"]``. Of two columns of one name,
+    the last is the one read, as with asyncpg. Each set of column names has a subclass
+    holding the name-to-position map, so a row holds only its values."""
+
+    __slots__ = ()
+    _positions: ClassVar[dict[str, int]] = {}
+
+    @overload
+    def __getitem__(self, key: SupportsIndex | str, /) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: slice, /) -> tuple[Any, ...]: ...
+
+    def __getitem__(self, key: SupportsIndex | str | slice, /) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._positions[key])
+        return tuple.__getitem__(self, key)
+
+
+@lru_cache(maxsize=512)
+def _row_class(names: tuple[str, ...]) -> type[NamedRow]:
+    """The row type of a result with columns ``names`` (made once per set of names)."""
+    positions = {name: i for i, name in enumerate(names)}
+    return type("NamedRow", (NamedRow,), {"__slots__": (), "_positions": positions})
+
+
+def named_row(cursor: psycopg.Cursor[Any]) -> RowMaker[NamedRow]:
+    """psycopg's row factory for :class:`NamedRow`: the names read once per result."""
+    description = cursor.description
+    if description is None:
+        return no_result
+    return _row_class(tuple(column.name for column in description))
+
+
 class _AbortCopy(Exception):
     """Ends a COPY early (psycopg sends CopyFail); the real reason is re-raised after."""
 
@@ -85,9 +124,9 @@ class PsycopgConnection:
         # setting would stay with a server connection other clients get next).
         self._local = dict(local_settings or {})
 
-    def _cursor(self) -> psycopg.RawCursor[TupleRow]:
-        # $1 placeholders and plain tuples, whatever the connection's own factories.
-        return psycopg.RawCursor(self.raw, row_factory=tuple_row)
+    def _cursor(self) -> psycopg.RawCursor[NamedRow]:
+        # $1 placeholders and named rows, whatever the connection's own factories.
+        return psycopg.RawCursor(self.raw, row_factory=named_row)
 
     @contextmanager
     def _scope(self) -> Iterator[None]:
@@ -106,7 +145,7 @@ class PsycopgConnection:
 
     def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
         with self._scope(), self._cursor() as cur:
-            return cur.execute(query, args).fetchall()
+            return cast("list[Row]", cur.execute(query, args).fetchall())
 
     def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
         with self._scope(), self._cursor() as cur:
@@ -146,7 +185,7 @@ class PsycopgConnection:
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None:
@@ -155,7 +194,7 @@ class PsycopgConnection:
             return
         rows = iter(records)
 
-        def draw() -> list[Row]:
+        def draw() -> list[CopyRecord]:
             return list(islice(rows, chunk_rows))
 
         with ThreadPoolExecutor(1, thread_name_prefix="cwstore-copy") as drawer:
@@ -172,7 +211,7 @@ class PsycopgConnection:
                 chunk = following.result()
 
     def _copy(
-        self, schema: str, table: str, columns: Sequence[str], records: Iterable[Row]
+        self, schema: str, table: str, columns: Sequence[str], records: Iterable[CopyRecord]
     ) -> None:
         statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
             sql.Identifier(schema, table), sql.SQL(", ").join(map(sql.Identifier, columns))
@@ -217,13 +256,13 @@ class PsycopgListener(PsycopgConnection):
         super().__init__(raw)
         self.interval = interval
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> list[str]:
         if self.interval is not None:
             time.sleep(self.interval)
-            return
+            return []
         select.select([self.raw.fileno()], [], [], timeout)
-        for _ in self.raw.notifies(timeout=0):
-            pass
+        payloads = [n.payload for n in self.raw.notifies(timeout=0)]
+        return [] if len(payloads) > MAX_PAYLOADS else payloads
 
 
 class PsycopgPoller:
@@ -259,14 +298,15 @@ class PsycopgPoller:
         schema: str,
         table: str,
         columns: Sequence[str],
-        records: Iterable[Row],
+        records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
     ) -> None:
         raise TypeError("a follower through a pooler does not write")
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> list[str]:
         time.sleep(self.interval)
+        return []
 
 
 class PsycopgPool:

@@ -54,6 +54,8 @@ from langchain_core.messages import (
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..drivers._protocol import Row
+
 __all__ = [
     "CP_KIND",
     "CheckpointState",
@@ -419,11 +421,6 @@ class PutPlan:
         self.state.node_id = self._node(CP_KIND, parents, payload, key, version)
 
 
-PartRow = tuple[int, str | None, str | None, int, int, str, str]
-"""A row of the ``parts`` query: part, channel, key, order, version, node id, payload
-text."""
-
-
 @dataclass
 class Loaded:
     """A stored checkpoint read back: the payload of its node, its values, the state a
@@ -436,9 +433,10 @@ class Loaded:
 
 
 def load_checkpoint(
-    serde: SerializerProtocol, node_id: str, payload_text: str, rows: Sequence[Sequence[Any]]
+    serde: SerializerProtocol, node_id: str, payload_text: str, rows: Sequence[Row]
 ) -> Loaded:
-    """Decode a checkpoint node and the rows of its ``parts`` query."""
+    """Decode a checkpoint node and the rows of its ``parts`` query (columns ``part``,
+    ``channel``, ``key``, ``version``, ``id``, ``payload_text``)."""
     payload = json.loads(payload_text)
     state = CheckpointState(node_id)
     values: dict[str, Any] = {}
@@ -446,7 +444,9 @@ def load_checkpoint(
     refs: dict[str, Ref] = {}
     messages: dict[str, MessageList] = {}
     batches: list[dict[str, Any]] = []
-    for part, channel, key, _ord, version, nid, text in rows:
+    for row in rows:
+        part, channel, key, version = row["part"], row["channel"], row["key"], row["version"]
+        nid, text = row["id"], row["payload_text"]
         if part == 0:
             by_id[nid] = json.loads(text)
             refs[nid] = Ref(nid, str(key), int(version))

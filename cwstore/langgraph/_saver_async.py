@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql
 from .._migrate_async import migrate_dsn
-from ..drivers._protocol import AsyncConnection
+from ..drivers._protocol import AsyncConnection, Row
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store_async import AsyncStore, connect
 from ._mapping import (
@@ -148,13 +148,14 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             return None
         return await self._parts(conn, row)
 
-    async def _parts(self, conn: AsyncConnection, row: Sequence[Any]) -> Loaded:
-        graph_id, _seq, node_id, text = row
+    async def _parts(self, conn: AsyncConnection, row: Row) -> Loaded:
+        """The checkpoint of a ``checkpoint`` or ``list`` row, with its parts."""
+        node_id, text = row["id"], row["payload_text"]
         head = json.loads(text)
         segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
         rows = await conn.fetch(
             _q("parts"),
-            graph_id,
+            row["graph_id"],
             sorted(head["values"].values()),
             [c for c, _ in segments],
             [s[0] for _, s in segments],
@@ -167,7 +168,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
         thread_id, ns, checkpoint_id = _ids(config)
-        async with self.store._pool.connection() as conn:
+        async with self.store._connection() as conn:
             loaded = await self._load(conn, graph_name(thread_id, ns), checkpoint_id)
         return None if loaded is None else _tuple(self.serde, thread_id, ns, loaded)
 
@@ -184,9 +185,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         ``before`` names, at most ``limit``."""
         before_id = None if before is None else get_checkpoint_id(before)
         wanted = None if not filter else json.dumps(filter)
-        async with self.store._pool.connection() as conn:
+        async with self.store._connection() as conn:
             if config is None:
-                targets = [_split(str(r[0])) for r in await conn.fetch(_q("all_graphs"))]
+                targets = [_split(str(r["name"])) for r in await conn.fetch(_q("all_graphs"))]
             else:
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
@@ -206,9 +207,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
-        async with self.store._pool.connection() as conn:
-            for key, head_id, version in await conn.fetch(_q("heads"), graph, list(keys)):
-                found[key] = (head_id, int(version))
+        async with self.store._connection() as conn:
+            for r in await conn.fetch(_q("heads"), graph, list(keys)):
+                found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
     async def aput(
@@ -227,7 +228,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             memo = self._memo.graph(graph)
             parent = None if parent_id is None else memo.states.get(parent_id)
             if parent_id is not None and parent is None:
-                async with self.store._pool.connection() as conn:
+                async with self.store._connection() as conn:
                     loaded = await self._load(conn, graph, parent_id)
                 parent = loaded.state if loaded else CheckpointState(None)
             plan = PutPlan(
@@ -309,9 +310,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     # --- deleting, copying, pruning ----------------------------------------------------
 
     async def _thread_graphs(self, thread_id: str) -> _Names:
-        async with self.store._pool.connection() as conn:
+        async with self.store._connection() as conn:
             rows = await conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
-        return [str(r[0]) for r in rows]
+        return [str(r["name"]) for r in rows]
 
     async def _erase(self, graph: str, reason: str) -> None:
         self._memo.forget(graph)
@@ -327,7 +328,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
-        async with self.store._pool.connection() as conn:
+        async with self.store._connection() as conn:
             rows = await conn.fetch(_q("list"), graph, CP_KIND, None, None, None)
             return [await self._parts(conn, row) for row in reversed(rows)]
 
@@ -381,8 +382,10 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         if not run_ids:
             return
         runs = {str(r) for r in run_ids}
-        async with self.store._pool.connection() as conn:
-            graphs = [str(r[0]) for r in await conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
+        async with self.store._connection() as conn:
+            graphs = [
+                str(r["name"]) for r in await conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)
+            ]
         for graph in graphs:
             loaded = await self._read_all(graph)
             keep = [

@@ -36,7 +36,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql
 from .._migrate_sync import migrate_dsn
-from ..drivers._protocol import Connection
+from ..drivers._protocol import Connection, Row
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store import Store, connect_sync
 from ._mapping import (
@@ -149,13 +149,14 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             return None
         return self._parts(conn, row)
 
-    def _parts(self, conn: Connection, row: Sequence[Any]) -> Loaded:
-        graph_id, _seq, node_id, text = row
+    def _parts(self, conn: Connection, row: Row) -> Loaded:
+        """The checkpoint of a ``checkpoint`` or ``list`` row, with its parts."""
+        node_id, text = row["id"], row["payload_text"]
         head = json.loads(text)
         segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
         rows = conn.fetch(
             _q("parts"),
-            graph_id,
+            row["graph_id"],
             sorted(head["values"].values()),
             [c for c, _ in segments],
             [s[0] for _, s in segments],
@@ -168,7 +169,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
         thread_id, ns, checkpoint_id = _ids(config)
-        with self.store._pool.connection() as conn:
+        with self.store._connection() as conn:
             loaded = self._load(conn, graph_name(thread_id, ns), checkpoint_id)
         return None if loaded is None else _tuple(self.serde, thread_id, ns, loaded)
 
@@ -185,9 +186,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         ``before`` names, at most ``limit``."""
         before_id = None if before is None else get_checkpoint_id(before)
         wanted = None if not filter else json.dumps(filter)
-        with self.store._pool.connection() as conn:
+        with self.store._connection() as conn:
             if config is None:
-                targets = [_split(str(r[0])) for r in conn.fetch(_q("all_graphs"))]
+                targets = [_split(str(r["name"])) for r in conn.fetch(_q("all_graphs"))]
             else:
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
@@ -207,9 +208,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
-        with self.store._pool.connection() as conn:
-            for key, head_id, version in conn.fetch(_q("heads"), graph, list(keys)):
-                found[key] = (head_id, int(version))
+        with self.store._connection() as conn:
+            for r in conn.fetch(_q("heads"), graph, list(keys)):
+                found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
     def put(
@@ -228,7 +229,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             memo = self._memo.graph(graph)
             parent = None if parent_id is None else memo.states.get(parent_id)
             if parent_id is not None and parent is None:
-                with self.store._pool.connection() as conn:
+                with self.store._connection() as conn:
                     loaded = self._load(conn, graph, parent_id)
                 parent = loaded.state if loaded else CheckpointState(None)
             plan = PutPlan(
@@ -310,9 +311,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     # --- deleting, copying, pruning ----------------------------------------------------
 
     def _thread_graphs(self, thread_id: str) -> _Names:
-        with self.store._pool.connection() as conn:
+        with self.store._connection() as conn:
             rows = conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
-        return [str(r[0]) for r in rows]
+        return [str(r["name"]) for r in rows]
 
     def _erase(self, graph: str, reason: str) -> None:
         self._memo.forget(graph)
@@ -328,7 +329,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
-        with self.store._pool.connection() as conn:
+        with self.store._connection() as conn:
             rows = conn.fetch(_q("list"), graph, CP_KIND, None, None, None)
             return [self._parts(conn, row) for row in reversed(rows)]
 
@@ -382,8 +383,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         if not run_ids:
             return
         runs = {str(r) for r in run_ids}
-        with self.store._pool.connection() as conn:
-            graphs = [str(r[0]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
+        with self.store._connection() as conn:
+            graphs = [str(r["name"]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
         for graph in graphs:
             loaded = self._read_all(graph)
             keep = [

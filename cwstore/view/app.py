@@ -13,8 +13,8 @@ timeout). A graph erased while the page follows it: the live stream ends with an
 Hostile use is bounded: a request whose ``Host`` header names neither an address nor
 ``localhost`` nor a host the user allowed is refused (403, against DNS rebinding); a
 request whose client leaves is cancelled, its query with it; live streams share the
-pool and one listening connection (:mod:`cwstore.view.live`), at most ``max_live`` at
-once; a node's history sends a preview of each version, a payload only on demand.
+store's pool and one follower (:mod:`cwstore.view.live`), at most ``max_live`` at once;
+a node's history sends a preview of each version, a payload only on demand.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from datetime import datetime
 from importlib import resources
 from typing import Any, LiteralString
 
-import asyncpg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -53,7 +52,7 @@ from .. import (
 )
 from .._args import check_time
 from .._sql import queries
-from ..drivers.asyncpg import wrap
+from ..drivers._protocol import AsyncConnection, Row
 from .live import Busy, LiveHub
 
 __all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "host_allowed", "psql_set"]
@@ -106,8 +105,6 @@ def _error(status: int, kind: str, message: str) -> Response:
 def _problem_of(exc: BaseException) -> _Problem:
     if isinstance(exc, _Problem):
         return exc
-    if isinstance(exc, asyncpg.PostgresError):
-        exc = wrap(exc)  # the one map from SQLSTATE and constraint to cwstore errors
     if isinstance(exc, GraphErasedError):
         return _Problem(404, "graph_erased", exc.message)
     if isinstance(exc, UnknownGraphError):
@@ -126,8 +123,6 @@ def _problem_of(exc: BaseException) -> _Problem:
         return _Problem(503, "database unreachable", exc.message)
     if isinstance(exc, Error):
         return _Problem(500, type(exc).__name__, exc.message)
-    if isinstance(exc, OSError | asyncpg.InterfaceError):
-        return _Problem(503, "database unreachable", f"{type(exc).__name__}: {exc}")
     return _Problem(500, "internal", f"{type(exc).__name__}: {exc}")
 
 
@@ -312,20 +307,18 @@ def _node_event(node: CausalNode) -> dict[str, Any]:
 
 class _Handlers:
     """The view's request handlers, one method each, over what they share: an open store
-    (for the as-of reads), a pool of read-only connections (for the queries of
-    ``cwstore/view/queries.sql``), the view's settings and the hub of its live streams."""
+    (for the as-of reads, and its pool for the queries of ``cwstore/view/queries.sql``,
+    each run in a read-only snapshot), the view's settings and the hub of its live
+    streams."""
 
-    def __init__(
-        self, store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: LiveHub
-    ) -> None:
+    def __init__(self, store: AsyncStore, config: ViewConfig, live: LiveHub) -> None:
         self.store = store
-        self.pool = pool
         self.config = config
         self.live = live
         static = resources.files("cwstore.view") / "static"
         self.index_html = (static / "index.html").read_text(encoding="utf-8")
 
-    async def graph_row(self, conn: Any, graph: str) -> Any:
+    async def graph_row(self, conn: AsyncConnection, graph: str) -> Row:
         row = await conn.fetchrow(Q["view_graph"], graph)
         if row is None:
             raise UnknownGraphError(graph=graph)
@@ -347,7 +340,7 @@ class _Handlers:
         search = request.query_params.get("q") or None
         if search is not None and "\x00" in search:
             raise InputError("parameter 'q' holds NUL")
-        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+        async with self.store._connection() as conn, conn.transaction(snapshot=True):
             roles_on = bool(await conn.fetchval(Q["view_roles_on"]))
             rows = await conn.fetch(Q["view_graphs"], search, MAX_GRAPHS + 1)
         graphs = [
@@ -386,8 +379,8 @@ class _Handlers:
         at_q = _int(request, "at", None, 0, 2**62)
         size = _int(request, "size", self.config.window, 10, MAX_WINDOW) or self.config.window
         async with (
-            self.pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
+            self.store._connection() as conn,
+            conn.transaction(snapshot=True),
         ):
             g = await self.graph_row(conn, graph)
             length = int(g["length"])
@@ -429,8 +422,8 @@ class _Handlers:
         depth = _int(request, "depth", RELATIVES_DEPTH, 0, 2**31 - 1) or None
         limit = _int(request, "limit", RELATIVES_LIMIT, 1, 10_000) or RELATIVES_LIMIT
         async with (
-            self.pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
+            self.store._connection() as conn,
+            conn.transaction(snapshot=True),
         ):
             g = await self.graph_row(conn, graph)
             n = await conn.fetchrow(Q["view_node"], g["graph_id"], node_id, PAYLOAD_CHARS)
@@ -465,7 +458,7 @@ class _Handlers:
         if key is not None:
             sql.append(Q["psql_key"])
 
-        def rel(rows: list[asyncpg.Record]) -> dict[str, Any]:
+        def rel(rows: list[Row]) -> dict[str, Any]:
             return {
                 "rows": [
                     {"seq": r["seq"], "id": r["id"], "kind": r["kind"], "depth": r["depth"]}
@@ -500,7 +493,7 @@ class _Handlers:
     async def api_payload(self, request: Request) -> Response:
         graph = _text(request, "graph")
         node_id = _text(request, "id")
-        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+        async with self.store._connection() as conn, conn.transaction(snapshot=True):
             g = await self.graph_row(conn, graph)
             text = await conn.fetchval(Q["view_payload"], g["graph_id"], node_id)
         if text is None:
@@ -541,10 +534,10 @@ class _Handlers:
         return Response(status_code=204)
 
 
-def create_app(store: AsyncStore, pool: asyncpg.Pool, config: ViewConfig, live: LiveHub) -> ASGIApp:
+def create_app(store: AsyncStore, config: ViewConfig, live: LiveHub) -> ASGIApp:
     """The view's ASGI app: its routes over :class:`_Handlers`, the API's errors as JSON,
     behind the host guard."""
-    h = _Handlers(store, pool, config, live)
+    h = _Handlers(store, config, live)
     routes = [
         Route("/", h.index),
         Route("/favicon.ico", h.no_icon),

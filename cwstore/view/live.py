@@ -1,38 +1,35 @@
-"""The view's live streams: one LISTEN for every page, reads on the bounded pool.
+"""The view's live streams: one follower for every page, reads on the store's pool.
 
 Each ``GET /api/live`` follows one graph the way :meth:`AsyncStore.tail` does (the
 table is the truth, a notification only a wake-up), but holds no connection of its
-own: it borrows one of the view's pool for each read and waits without one. A single
-listening connection, opened while at least one stream is open, wakes the streams of
-the graph a notification names. So the view uses at most its pool and one more
-connection however many pages follow, and a stream whose client left (its task
-cancelled) holds nothing to give back.
+own: it borrows one of the store's pool for each read and waits without one. A single
+follower (the store's, as ``tail`` uses), open while at least one stream is open,
+wakes the streams of the graph a notification names. So the view uses at most its
+pool and one more connection however many pages follow, and a stream whose client
+left (its task cancelled) holds nothing to give back.
 
-What this writes: the listening connection calls ``cwstore.listen_v1()``, which keeps
+What this writes: a follower that listens calls ``cwstore.listen_v1()``, which keeps
 one row (its backend's pid) in ``cwstore.listeners`` while it is open, because appends
 send their wake-up only while that table holds a row. ``unlisten_v1()`` deletes it when
 the last stream ends (or the row goes with the backend, at the next ``listen_v1``).
 
-On a hot standby (LISTEN is refused there and NOTIFY never arrives) the listening
-connection only finds that out and closes; streams then read every
-``STANDBY_POLL_SECONDS``.
+On a hot standby (LISTEN is refused there and NOTIFY never arrives) and through a
+transaction-mode pooler, the follower polls instead: it wakes every stream at each of
+its polls (the store's ``poll_interval``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
-from typing import Any
-
-import asyncpg
 
 from .._rows import node_from_row
 from .._store_base import TAIL_BATCH_BYTES, q
 from ..document import CausalNode
-from ..drivers.asyncpg import close_listener
 from ..errors import Error, GraphErasedError, UnknownGraphError
+from ..store_async import AsyncStore
 
 __all__ = ["Busy", "LiveHub"]
 
@@ -40,9 +37,6 @@ log = logging.getLogger("cwstore.view")
 
 POLL_SECONDS = 5.0
 """A stream reads again after this long without a wake-up (a notification is a hint)."""
-STANDBY_POLL_SECONDS = 0.5
-"""On a hot standby, where nothing can LISTEN and no NOTIFY arrives, streams read this
-often instead."""
 _BATCH = 1000
 
 
@@ -51,52 +45,37 @@ class Busy(Error):
 
 
 class LiveHub:
-    """Live streams of one view: at most ``max_streams`` at once, over ``pool``, woken by
-    one connection to ``dsn`` that listens while any stream is open."""
+    """Live streams of one view: at most ``max_streams`` at once, over ``store``'s pool,
+    woken by one follower of the store that is open while any stream is open."""
 
-    def __init__(self, dsn: str, pool: asyncpg.Pool, max_streams: int) -> None:
-        self._dsn = dsn
-        self._pool = pool
+    def __init__(self, store: AsyncStore, max_streams: int) -> None:
+        self._store = store
         self.max_streams = max_streams
         self._waiting: dict[asyncio.Event, int] = {}
         self._streams = 0
         self._listening: asyncio.Task[None] | None = None
-        self.poll_seconds = POLL_SECONDS
 
     @property
     def streams(self) -> int:
         """How many streams are open."""
         return self._streams
 
-    def _wake(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
-        graph_id, _, _ = str(payload).partition(":")
+    def _wake(self, payloads: Sequence[str]) -> None:
+        """Wake the streams of the graphs ``payloads`` name (``graph_id:...``); every
+        stream when none is named (a poll, a timeout) or one is not a graph id."""
+        graphs = {p.partition(":")[0] for p in payloads}
+        everyone = not graphs or not all(g.isdigit() for g in graphs)
         for event, gid in self._waiting.items():
-            if str(gid) == graph_id or not graph_id.isdigit():
+            if everyone or str(gid) in graphs:
                 event.set()
 
     async def _listen(self) -> None:
         try:
-            conn = await asyncpg.connect(
-                self._dsn, server_settings={"application_name": "cwstore view live"}
-            )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("live: cannot listen (%s); streams poll every %ss", exc, POLL_SECONDS)
-            return
-        registered = False
-        try:
-            if await conn.fetchval("SELECT pg_catalog.pg_is_in_recovery()"):
-                self.poll_seconds = STANDBY_POLL_SECONDS
-                log.info("live: a hot standby; streams poll every %ss", self.poll_seconds)
-                return
-            self.poll_seconds = POLL_SECONDS
-            await conn.add_listener("cwstore", self._wake)
-            registered = True
-            await conn.execute(q("listen"))
-            await asyncio.Event().wait()  # until cancelled by the last stream's end
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("live: listening failed (%s)", exc)
-        finally:
-            await close_listener(conn, registered=registered)
+            async with self._store._listener() as follower:
+                while True:  # until cancelled by the last stream's end
+                    self._wake(await follower.wait(POLL_SECONDS))
+        except Error as exc:
+            log.warning("live: cannot follow (%s); streams poll every %ss", exc, POLL_SECONDS)
 
     def _start(self) -> None:
         if self._listening is None or self._listening.done():
@@ -128,32 +107,30 @@ class LiveHub:
         the graph's life is erased). Call :meth:`open` first."""
         woken = asyncio.Event()
         try:
-            async with self._pool.acquire() as conn:
+            async with self._store._connection() as conn:
                 g = await conn.fetchrow(q("graph_get"), graph)
-                standby = await conn.fetchval("SELECT pg_catalog.pg_is_in_recovery()")
-            self.poll_seconds = STANDBY_POLL_SECONDS if standby else POLL_SECONDS
             if g is None:
                 raise UnknownGraphError(graph=graph)
-            graph_id, incarnation, last = int(g[0]), int(g[3]), after
+            graph_id, incarnation, last = int(g["graph_id"]), int(g["incarnation"]), after
             self._waiting[woken] = graph_id
             self._start()
             while True:
                 woken.clear()
                 alive = True
-                async with self._pool.acquire() as conn:
+                async with self._store._connection() as conn:
                     rows = await conn.fetch(
                         q("tail_graph"), graph_id, last, _BATCH, TAIL_BATCH_BYTES, incarnation
                     )
                     if not rows:
                         alive = bool(await conn.fetchval(q("graph_alive"), graph_id, incarnation))
                 for r in rows:
-                    last = int(r[0])
-                    yield node_from_row(*r)
+                    last = int(r["seq"])
+                    yield node_from_row(r)
                 if not alive:
                     raise GraphErasedError(graph=graph)
                 if not rows:
                     with suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), self.poll_seconds)
+                        await asyncio.wait_for(woken.wait(), POLL_SECONDS)
         finally:
             self._waiting.pop(woken, None)
             self._streams -= 1

@@ -10,13 +10,11 @@ import threading
 import webbrowser
 from collections.abc import Sequence
 from dataclasses import replace
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-import asyncpg
 import uvicorn
 
-from .. import DatabaseError, InputError, connect
-from ..drivers.asyncpg import url_dsn
+from .. import InputError, connect
 from .app import MAX_WINDOW, ViewConfig, create_app
 from .live import LiveHub
 
@@ -83,13 +81,19 @@ def _has_browser() -> bool:
     return True
 
 
-def _with_settings(dsn: str, settings: dict[str, str]) -> str:
-    """``dsn`` as a URL whose query also sets ``settings`` (asyncpg sends a URL's
-    unknown parameters as session settings)."""
+APPLICATION_NAME = "cwstore view"
+"""The view's connections' ``application_name`` (what ``pg_stat_activity`` shows)."""
+
+
+def _named(dsn: str) -> str:
+    """``dsn`` with the view's ``application_name`` added: a URL's query parameter, or
+    one more ``key=value`` of libpq's other form (both drivers read either)."""
+    if "://" not in dsn:
+        return f"{dsn} application_name='{APPLICATION_NAME}'"
     # (Not through urlunsplit: it drops the "//" of a URL with no host,
-    # postgresql:///db?host=/run/postgresql, which libpq's key=value strings become.)
-    base, _, query = url_dsn(dsn).partition("?")
-    extra = urlencode(settings)
+    # postgresql:///db?host=/run/postgresql.)
+    base, _, query = dsn.partition("?")
+    extra = "application_name=" + quote(APPLICATION_NAME)
     return f"{base}?{query}&{extra}" if query else f"{base}?{extra}"
 
 
@@ -104,32 +108,25 @@ async def _serve(
 ) -> int:
     graph = config.first_graph
     # Every read of the view is bounded in time; a request whose client left is
-    # cancelled sooner (app._Guard).
-    bounded = _with_settings(dsn, {"statement_timeout": f"{statement_timeout}s"})
-    store = await connect(bounded, min_size=1, max_size=4, migrate_schema=False)
-    pool: asyncpg.Pool | None = None
+    # cancelled sooner (app._Guard). One store: its pool serves the store's reads, the
+    # view's own queries and the live streams, its follower wakes them.
+    store = await connect(
+        _named(dsn),
+        min_size=1,
+        max_size=8,
+        migrate_schema=False,
+        statement_timeout=statement_timeout,
+    )
     live: LiveHub | None = None
     try:
-        try:
-            pool = await asyncpg.create_pool(
-                store.dsn,
-                min_size=1,
-                max_size=4,
-                server_settings={
-                    "default_transaction_read_only": "on",
-                    "application_name": "cwstore view",
-                },
-            )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise DatabaseError(f"{type(exc).__name__}: {exc}") from exc
         if graph is not None:
             await store.length(graph)
         sock = _bind(host, port)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{bound}/" + (f"#/g/{quote(graph, safe='')}" if graph else "")
-        live = LiveHub(store.dsn, pool, max_live)
-        app = create_app(store, pool, replace(config, port=bound), live)
+        live = LiveHub(store, max_live)
+        app = create_app(store, replace(config, port=bound), live)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
@@ -149,7 +146,5 @@ async def _serve(
     finally:
         if live is not None:
             await live.close()
-        if pool is not None:
-            await pool.close()
         await store.close()
     return 0

@@ -10,7 +10,8 @@ from typing import Any
 
 import asyncpg
 
-from cwstore._store_base import prepare_batch
+import cwstore
+from cwstore._store_base import prepare_batch, q
 
 
 async def _heard(listener: asyncpg.Connection, writer: asyncpg.Connection) -> list[str]:
@@ -72,3 +73,23 @@ async def test_a_gone_follower_is_forgotten(db_dsn: str) -> None:
         await conn.execute("SELECT cwstore.unlisten_v1()")
     finally:
         await conn.close()
+
+
+async def test_a_follower_tells_which_graph_was_written(db_dsn: str) -> None:
+    """``wait`` returns the payloads of the wake-ups (``graph_id:...``), with both
+    adapters, so one follower can wake only the readers of that graph."""
+    graph = "l-" + uuid.uuid4().hex
+    async with await cwstore.connect(db_dsn, max_size=1) as store:
+        await store.append(graph, [{"kind": "goal", "parents": [], "payload": "first"}])
+        async with store._connection() as conn:
+            row = await conn.fetchrow(q("graph_get"), graph)
+        assert row is not None
+        graph_id = row["graph_id"]
+        async with store._listener() as follower:
+            await store.append(graph, [{"kind": "goal", "parents": [], "payload": "async"}])
+            assert await follower.wait(5) == [f"{graph_id}:2"]
+            assert await follower.wait(0.01) == []
+    with cwstore.connect_sync(db_dsn, max_size=1) as sync_store, sync_store._listener() as sync:
+        sync_store.append(graph, [{"kind": "goal", "parents": [], "payload": "sync"}])
+        assert await asyncio.to_thread(sync.wait, 5) == [f"{graph_id}:3"]
+        assert await asyncio.to_thread(sync.wait, 0.01) == []

@@ -11,14 +11,12 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, cast
 
-import asyncpg
 import pytest
 from support.replica import caught_up
 from support.stores import ThreadedStore
 
 import cwstore
 from cwstore.document import CausalNode
-from cwstore.drivers.asyncpg import url_dsn
 from cwstore.results import TailItem
 from cwstore.view.live import LiveHub
 
@@ -134,8 +132,8 @@ async def test_the_views_live_stream_on_the_standby_polls_promptly(
     graph = f"v-{uuid.uuid4().hex[:8]}"
     await _write(writer, graph, 0, 1)
     await asyncio.to_thread(caught_up, db_dsn, standby_dsn)
-    pool = await asyncpg.create_pool(url_dsn(standby_dsn), min_size=1, max_size=2)
-    hub = LiveHub(url_dsn(standby_dsn), pool, 4)
+    store = await cwstore.connect(standby_dsn, max_size=2)
+    hub = LiveHub(store, 4)
     hub.open()
     stream = cast(AsyncGenerator[CausalNode, None], hub.follow(graph, 0))
     delays: list[float] = []
@@ -151,5 +149,5 @@ async def test_the_views_live_stream_on_the_standby_polls_promptly(
     finally:
         await stream.aclose()
         await hub.close()
-        await pool.close()
+        await store.close()
     assert max(delays) < 2.0, delays
