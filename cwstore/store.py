@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from . import migrate
 from ._args import (
     as_of_args,
     check_after,
@@ -69,7 +68,6 @@ from ._store_base import (
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
 from .drivers._protocol import Connection, Pool, Row
-from .drivers.psycopg import PsycopgPool
 from .dsn import resolve_dsn
 from .errors import (
     ConflictError,
@@ -170,8 +168,13 @@ def connect_sync(
     pooled = check_pooler(pooler)
     interval = check_poll_interval(poll_interval)
     real = resolve_dsn(dsn, embedded=embedded)
+    # The driver is imported here, not with this module: `import cwstore` needs neither
+    # driver, and a user of one client never needs the other's.
+    from ._migrate_sync import migrate_dsn_sync
+    from .drivers.psycopg import PsycopgPool
+
     if migrate_schema:
-        migrate.migrate_dsn_sync(real, pooled=pooled)
+        migrate_dsn_sync(real, pooled=pooled)
     pool = PsycopgPool.open(
         real,
         min_size=min_size,

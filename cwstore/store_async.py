@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from . import migrate
 from ._args import (
     as_of_args,
     check_after,
@@ -66,7 +65,6 @@ from ._store_base import (
 )
 from .document import AgentState, CausalNode, Vocabulary, validate
 from .drivers._protocol import AsyncConnection, AsyncPool, Row
-from .drivers.asyncpg import AsyncpgPool
 from .dsn import resolve_dsn
 from .errors import (
     ConflictError,
@@ -167,8 +165,13 @@ async def connect(
     pooled = check_pooler(pooler)
     interval = check_poll_interval(poll_interval)
     real = resolve_dsn(dsn, embedded=embedded)
+    # The driver is imported here, not with this module: `import cwstore` needs neither
+    # driver, and a user of one client never needs the other's.
+    from ._migrate_async import migrate_dsn
+    from .drivers.asyncpg import AsyncpgPool
+
     if migrate_schema:
-        await migrate.migrate_dsn(real, pooled=pooled)
+        await migrate_dsn(real, pooled=pooled)
     pool = await AsyncpgPool.open(
         real,
         min_size=min_size,

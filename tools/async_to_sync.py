@@ -99,7 +99,11 @@ TEXT = [
 """Substitutions inside string literals, in order."""
 
 PAIRS = [
-    (ROOT / "cwstore" / "store_async.py", ROOT / "cwstore" / "store.py", {}),
+    (
+        ROOT / "cwstore" / "store_async.py",
+        ROOT / "cwstore" / "store.py",
+        {"_migrate_async": "_migrate_sync"},
+    ),
     (
         ROOT / "cwstore" / "_migrate_async.py",
         ROOT / "cwstore" / "_migrate_sync.py",
