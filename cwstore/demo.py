@@ -39,16 +39,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .conninfo import format_conninfo, parse_conninfo
 from .document import sort_parents
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
 from .results import Projection
+
+if TYPE_CHECKING:
+    from .drivers.psycopg import RawConnection, Statement
 
 __all__ = ["run_demo"]
 
@@ -337,23 +341,16 @@ def _default_graph() -> str:
     return f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def _literal(value: str) -> str:
-    """A SQL string literal (standard_conforming_strings, as PostgreSQL has by default)."""
-    return "'" + value.replace("'", "''") + "'"
-
-
 def _display_dsn(dsn: str) -> tuple[str, bool]:
     """The DSN to show, without a password (and whether one was left out)."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
     try:
-        params = conninfo_to_dict(dsn)
-    except Exception:
+        params = parse_conninfo(dsn)
+    except InputError:
         return dsn, False
     if "password" not in params:
         return dsn, False
     params.pop("password")
-    return make_conninfo("", **params), True
+    return format_conninfo(params), True
 
 
 def _plural(n: int, word: str) -> str:
@@ -454,13 +451,13 @@ def _collect(
     return elapsed(), errors
 
 
-def _print_sql(console: Console, title: str, text: str, conn: Any) -> None:
+def _print_sql(console: Console, title: str, query: Statement, conn: RawConnection) -> None:
     """Show a query's text as it can be pasted into psql, run it, show its rows."""
+    from .drivers.psycopg import run, statement_text
+
     console.print(f"\n[bold]{title}[/bold]")
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
-    cur = conn.execute(text)
-    cols = [d.name for d in cur.description or ()]
-    rows = cur.fetchall()
+    console.print(statement_text(query), markup=False, highlight=False, soft_wrap=True)
+    cols, rows = run(conn, query)
     t = Table(show_edge=True)
     for c in cols:
         t.add_column(c)
@@ -639,9 +636,7 @@ def _run_workers(dsn: str, graph: str, workers: int, steps: int, out: Console) -
 def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     """The latest answer, (a) its causal history in SQL, (b) a point-in-time read at
     half the graph beside now; returns that half-way sequence."""
-    import psycopg
-    from psycopg import sql
-
+    from .drivers.psycopg import open_raw, quote_literal, statement
     from .store import connect_sync
 
     with connect_sync(dsn, min_size=1, max_size=1, migrate_schema=False) as store:
@@ -658,10 +653,10 @@ def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     )
 
     # (a) Causal history in SQL.
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        args = {"graph": sql.Literal(graph), "answer": sql.Literal(answer.id)}
-        q1 = sql.SQL(_Q_BY_WORKER).format(**args).as_string(conn)
-        q2 = sql.SQL(_Q_NEAREST).format(**args).as_string(conn)
+    with open_raw(dsn) as conn:
+        args = {"graph": graph, "answer": answer.id}
+        q1 = statement(_Q_BY_WORKER, values=args)
+        q2 = statement(_Q_NEAREST, values=args)
         _print_sql(
             out,
             "(a) Whose tool results did the latest answer depend on? "
@@ -677,7 +672,7 @@ def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     out.print(
         f"the same read: cwstore project --graph {shlex.quote(graph)} --as-of {half}\n"
         f"memory in SQL: SELECT type, key, version, content "
-        f"FROM cwstore.semantic_at({_literal(graph)}, {half});",
+        f"FROM cwstore.semantic_at({quote_literal(graph)}, {half});",
         markup=False,
         highlight=False,
     )

@@ -43,9 +43,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-import psycopg
-from psycopg import sql
-
+from cwstore.drivers.psycopg import open_raw, run, statement
 from cwstore.errors import Error
 
 # pgserver asks platformdirs for a runtime folder when it is imported, which warns on
@@ -152,10 +150,10 @@ def _start(pgdata: Path) -> PostmasterInfo:
 
 
 def _ensure_database(info: PostmasterInfo, database: str) -> None:
-    with psycopg.connect(_dsn(info, "postgres"), autocommit=True) as conn:
-        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
-        if found.fetchone() is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    with open_raw(_dsn(info, "postgres")) as conn:
+        _, found = run(conn, "SELECT 1 FROM pg_database WHERE datname = $1", database)
+        if not found:
+            run(conn, statement("CREATE DATABASE {name}", names={"name": database}))
 
 
 def ensure_server(home: Path | None = None, *, database: str = DATABASE) -> str:
@@ -288,14 +286,11 @@ def temporary_server(
     try:
         dsn = ensure_server(home, database="postgres")
         if settings:
-            with psycopg.connect(dsn, autocommit=True) as conn:
+            with open_raw(dsn) as conn:
                 for name, value in settings.items():
-                    conn.execute(
-                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                            sql.Identifier(name), sql.Literal(value)
-                        )
-                    )
-                conn.execute("SELECT pg_reload_conf()")
+                    alter = "ALTER SYSTEM SET {name} = {value}"
+                    run(conn, statement(alter, names={"name": name}, values={"value": value}))
+                run(conn, "SELECT pg_reload_conf()")
         yield dsn
     finally:
         try:

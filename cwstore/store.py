@@ -22,7 +22,7 @@ only a wake-up; the table is the truth), and poll elsewhere (a hot standby, a po
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -44,7 +44,6 @@ from ._args import (
     timeout_settings,
     vocabulary_arg,
 )
-from ._migrate_sync import migrate_dsn
 from ._rows import (
     erased_graph,
     erased_idle_graph,
@@ -68,13 +67,11 @@ from ._store_base import (
     prepare_batch,
     q,
 )
-from .document import AgentState, CausalNode, Vocabulary, validate
+from .document import AgentState, CausalNode, Vocabulary
 from .drivers._protocol import Connection, Listener, Pool, Row
-from .drivers.psycopg import PsycopgPool
 from .dsn import resolve_dsn
 from .errors import (
-    ConflictError,
-    DivergedError,
+    Error,
     GraphErasedError,
     SchemaNotReadyError,
     UnknownGraphError,
@@ -92,14 +89,16 @@ from .results import (
     Projection,
     TailItem,
 )
-from .suffix import (
-    SavedPrefix,
-    SaveMemory,
-    StateToSave,
-    check_stored_length,
-    check_suffix,
-    read_state,
+from .saving import (
+    AppendNodes,
+    FindMismatch,
+    Read,
+    ReadGraph,
+    Saved,
+    SavePlan,
+    StoredGraph,
 )
+from .suffix import SaveMemory
 
 __all__ = ["Store", "connect_sync"]
 
@@ -171,6 +170,11 @@ def connect_sync(
     pooled = check_pooler(pooler)
     interval = check_poll_interval(poll_interval)
     real = resolve_dsn(dsn, embedded=embedded)
+    # The driver is imported here, not with this module: `import cwstore` needs neither
+    # driver, and a user of one client never needs the other's.
+    from ._migrate_sync import migrate_dsn
+    from .drivers.psycopg import PsycopgPool
+
     if migrate_schema:
         migrate_dsn(real, pooled=pooled)
     pool = PsycopgPool.open(
@@ -376,70 +380,39 @@ class Store:
         append is refused, and the stored graph is read again in one snapshot. Raises
         :class:`GraphErasedError` when the graph is erased while this call writes it
         (nothing was written).
+
+        What it reads and writes, and when, is decided by :mod:`cwstore.saving`; this
+        method only performs it.
         """
         check_graph_name(graph)
         check_expected_length(expected_length)
-        todo = read_state(state)
-        same = self._saved.unchanged(graph, todo, expected_length)
-        if same is not None and self._still_saved(graph, same, todo):
-            return []
-        known = self._saved.usable(graph, todo, expected_length)
-        if known is not None:
-            new = check_suffix(todo, known)
-            # An erased graph refuses the append: a length conflict (the graph is gone,
-            # or is a new life of another length), GraphErasedError mid-append, or, for
-            # a new life of the same length, a refused batch (its parents are not
-            # there). Each case goes cold and compares with what is stored now.
-            with suppress(ConflictError, GraphErasedError, ValidationError):
-                sent, rows = self._append_rows(graph, new, known.length, todo.frontier)
-                if self._saved.wrote(graph, known, todo, new, rows):
-                    return stored_nodes(sent, rows)
-            self._saved.forget(graph)
-        # One snapshot for the length, the ids and the frontier: all from one life of
-        # the graph, even when it is erased and created again meanwhile.
-        with self._pool.connection() as conn, conn.transaction(snapshot=True):
-            row = conn.fetchrow(q("graph_get"), graph)
-            stored = check_stored_length(graph, todo, row["length"] if row else 0, expected_length)
-            if stored and row is not None:
-                ids = todo.plain_ids(stored)
-                if ids is None:
-                    raise ValidationError(validate(state))
-                bad = conn.fetchval(q("first_mismatch"), row["graph_id"], ids)
-                if bad is not None:
-                    raise DivergedError(graph=graph, position=int(bad), stored_length=stored)
-                if stored == len(todo):
-                    current = [r["id"] for r in conn.fetch(q("frontier_now"), row["graph_id"])]
-                    if current == list(todo.frontier):
-                        self._saved.remember(graph, SavedPrefix.of_state(todo, stored))
-                        return []
-        if not len(todo):
-            return []
-        prefix = SavedPrefix.of_state(todo, stored)
-        # With nothing new, re-sending the last node writes nothing but declares the frontier.
-        new = check_suffix(todo, prefix) or todo.objects(-1)
-        sent, rows = self._append_rows(graph, new, stored, todo.frontier)
-        if stored == len(todo):
-            self._saved.remember(graph, prefix)
-            return []
-        self._saved.wrote(graph, prefix, todo, new, rows)
-        return [n for n in stored_nodes(sent, rows) if n.sequence > stored]
+        plan = SavePlan(self._saved, graph, state, expected_length)
+        step = plan.start()
+        while not isinstance(step, Saved):
+            if isinstance(step, AppendNodes):
+                try:
+                    appended = self._append_rows(
+                        graph, step.nodes, step.expected_length, step.frontier
+                    )
+                except Error as exc:
+                    step = plan.refused(exc)
+                else:
+                    step = plan.answer(appended)
+                continue
+            # Reads that follow one another see one snapshot.
+            with self._pool.connection() as conn, conn.transaction(snapshot=True):
+                while isinstance(step, Read):
+                    step = plan.answer(self._read_for_save(conn, graph, step))
+        return step.nodes
 
-    def _still_saved(self, graph: str, prefix: SavedPrefix, todo: StateToSave) -> bool:
-        """Whether the graph holds exactly ``prefix``, all of ``todo``: its length read in
-        one snapshot with its frontier, and that frontier declared when ``todo``'s
-        differs (the last node sent again, which writes nothing else). A save with
-        nothing new costs this, whatever the graph's size. ``False``: compare in the
-        database (the graph moved on, or is gone)."""
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute(q("read_snapshot"))
+    def _read_for_save(self, conn: Connection, graph: str, step: Read) -> Any:
+        """What :class:`~cwstore.saving.SavePlan` asked to read, as it asked for it."""
+        if isinstance(step, ReadGraph):
             row = conn.fetchrow(q("graph_get"), graph)
-            if row is None or int(row["length"]) != prefix.length:
-                self._saved.forget(graph)
-                return False
-            current = [r["id"] for r in conn.fetch(q("frontier_now"), row["graph_id"])]
-        if current != list(todo.frontier):
-            self._append_rows(graph, todo.objects(-1), prefix.length, todo.frontier)
-        return True
+            return None if row is None else StoredGraph(row["graph_id"], int(row["length"]))
+        if isinstance(step, FindMismatch):
+            return conn.fetchval(q("first_mismatch"), step.graph_id, step.ids)
+        return [r["id"] for r in conn.fetch(q("frontier_now"), step.graph_id)]
 
     def frontier(self, graph: str) -> list[str]:
         """The current frontier (heads in the order they joined), for a new goal's

@@ -15,12 +15,11 @@ from typing import Any, LiteralString, TypeAlias, cast
 from urllib.parse import quote, urlencode
 
 import asyncpg
-import psycopg
 from asyncpg.pool import PoolConnectionProxy
-from psycopg.conninfo import conninfo_to_dict
 
 from .._sql import queries
-from ..errors import DatabaseError, Error, InputError, map_error
+from ..conninfo import parse_conninfo
+from ..errors import DatabaseError, Error, map_error
 from ._protocol import MAX_PAYLOADS, CopyRecord, Row
 
 __all__ = [
@@ -57,19 +56,16 @@ POLL_INTERVAL = 0.25
 def url_dsn(dsn: str) -> str:
     """``dsn`` as a URL: asyncpg takes only URLs, libpq also ``key=value`` strings.
 
-    A URL is returned as given; a ``key=value`` string (parsed by psycopg, as libpq
-    would) becomes ``postgresql:///dbname?key=value&...``, every other setting a query
-    parameter, which asyncpg reads as libpq does. Raises :class:`InputError` for a
-    string libpq would refuse.
+    A URL is returned as given; a ``key=value`` string (read as libpq reads it, by
+    :func:`cwstore.conninfo.parse_conninfo`) becomes ``postgresql:///dbname?key=value&...``,
+    every other setting a query parameter, which asyncpg reads as libpq does. Raises
+    :class:`InputError` for a string libpq would refuse.
     """
     if "://" in dsn:
         return dsn
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise InputError(f"not a connection string: {exc}") from None
-    database = quote(str(params.pop("dbname", "")), safe="")
-    query = urlencode({k: str(v) for k, v in params.items()}, quote_via=quote)
+    params = parse_conninfo(dsn)
+    database = quote(params.pop("dbname", ""), safe="")
+    query = urlencode(params, quote_via=quote)
     return f"postgresql:///{database}?{query}"
 
 

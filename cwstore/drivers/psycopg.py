@@ -35,7 +35,12 @@ __all__ = [
     "PsycopgPoller",
     "PsycopgPool",
     "RawConnection",
+    "Statement",
     "open_raw",
+    "quote_literal",
+    "run",
+    "statement",
+    "statement_text",
     "wrap",
 ]
 
@@ -244,6 +249,54 @@ def _no_prepare(pooled: bool) -> dict[str, Any]:
     """psycopg's options for a connection through a transaction-mode pooler: never
     prepare a statement on the server (each is sent unnamed, parsed where it runs)."""
     return {"prepare_threshold": None} if pooled else {}
+
+
+Statement: TypeAlias = sql.Composed
+"""A statement whose names and values were quoted into its text by :func:`statement`."""
+
+
+def statement(
+    template: LiteralString,
+    *,
+    names: Mapping[str, str] | None = None,
+    values: Mapping[str, str] | None = None,
+) -> Statement:
+    """``template`` with its ``{field}`` placeholders filled: ``names`` quoted as
+    identifiers, ``values`` as string literals (:func:`quote_literal`). For the
+    statements that take no parameters (``CREATE DATABASE``, ``ALTER SYSTEM``) and for
+    text shown to be pasted into psql; ``str()`` is not its text, :func:`statement_text` is.
+    """
+    fields: dict[str, sql.Composable] = {k: sql.Identifier(v) for k, v in (names or {}).items()}
+    fields.update((k, sql.Literal(v)) for k, v in (values or {}).items())
+    return sql.SQL(template).format(**fields)
+
+
+def statement_text(query: Statement) -> str:
+    """The text :func:`run` sends for ``query``."""
+    return query.as_string()
+
+
+def quote_literal(value: str) -> str:
+    """``value`` as a SQL string literal, as libpq's ``PQescapeLiteral`` writes it: in
+    single quotes, a quote doubled, and with a backslash doubled behind `` E`` when it
+    holds one (so it reads the same whatever ``standard_conforming_strings`` is)."""
+    return sql.Literal(value).as_string()
+
+
+def run(
+    conn: RawConnection, query: LiteralString | Statement, *args: Any
+) -> tuple[list[str], list[NamedRow]]:
+    """Run one statement (``$1`` placeholders for ``args``) on a connection of
+    :func:`open_raw`: the names of its columns and its rows (none for a statement that
+    returns none). Raises the cwstore error for a driver error."""
+    try:
+        with psycopg.RawCursor(conn, row_factory=named_row) as cur:
+            cur.execute(query, args or None)
+            if cur.description is None:
+                return [], []
+            return [d.name for d in cur.description], cur.fetchall()
+    except _ERRORS as exc:
+        raise wrap(exc) from exc
 
 
 class PsycopgListener(PsycopgConnection):

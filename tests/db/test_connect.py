@@ -5,9 +5,15 @@ and migrating is opt-in."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from support.documents import GraphBuilder
 
 import cwstore
 
@@ -60,3 +66,54 @@ async def test_no_schema_names_cwstore_init_and_migrating_is_opt_in(empty_db_dsn
         assert await store.graphs() == []
     with cwstore.connect_sync(empty_db_dsn) as sync:
         assert sync.graphs() == []
+
+
+_ONE_DRIVER = """
+import asyncio, json, sys
+
+sys.modules[sys.argv[1]] = None  # an environment where the other driver is not installed
+if sys.argv[1] == "psycopg":
+    sys.modules["psycopg_pool"] = None
+import cwstore
+
+dsn, state = sys.argv[2], json.loads(sys.stdin.read())
+
+
+async def run_async() -> int:
+    store = await cwstore.connect(dsn, migrate_schema=True)
+    try:
+        return len(await store.save("without-" + sys.argv[1], state))
+    finally:
+        await store.close()
+
+
+def run_sync() -> int:
+    with cwstore.connect_sync(dsn, migrate_schema=True) as store:
+        return len(store.save("without-" + sys.argv[1], state))
+
+
+saved = asyncio.run(run_async()) if sys.argv[1] == "psycopg" else run_sync()
+loaded = sorted(m.split(".")[0] for m in sys.modules if sys.modules[m] is not None)
+print(saved, sys.argv[1] in loaded)
+"""
+
+
+@pytest.mark.parametrize("missing", ["psycopg", "asyncpg"])
+def test_a_client_needs_only_its_own_driver(db_dsn: str, missing: str) -> None:
+    """The async client runs where psycopg cannot be imported (with a ``key=value``
+    DSN, which it reads without psycopg), and the sync client where asyncpg cannot."""
+    b = GraphBuilder()
+    b.system("one driver")
+    b.goal("save without the other")
+    dsn = db_dsn if missing == "asyncpg" else make_conninfo("", **conninfo_to_dict(db_dsn))
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_DRIVER, missing, dsn],
+        input=json.dumps(b.state()),
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "False"]
