@@ -45,12 +45,20 @@ def _builder(nodes: int) -> GraphBuilder:
 
 def _written(
     step: Request | Saved, length: int
-) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-    """What ``append_v1`` returns for ``step`` when it writes every node at ``length``."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What ``append_v1`` returns for ``step`` when it writes every node at ``length``:
+    rows of the query ``append``, read by column name as the drivers' rows are."""
     assert isinstance(step, AppendNodes)
     assert step.expected_length == length
     rows = [
-        (length + i, n["id"], n["createdAt"], None, True, None)
+        {
+            "seq": length + i,
+            "id": n["id"],
+            "created_at": n["createdAt"],
+            "recorded_at": None,
+            "written": True,
+            "payload_text": None,
+        }
         for i, n in enumerate(step.nodes, start=1)
     ]
     return step.nodes, rows
@@ -165,7 +173,7 @@ def test_rows_of_another_writer_make_the_memory_forget_and_go_cold() -> None:
     plan = SavePlan(memory, GRAPH, state, None)
     step = plan.start()
     sent, rows = _written(step, 4)
-    not_mine = [(*rows[0][:4], False, rows[0][5])]
+    not_mine = [{**rows[0], "written": False}]
     assert plan.answer((sent, not_mine)) == ReadGraph()
 
 
