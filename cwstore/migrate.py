@@ -44,23 +44,28 @@ what reads and records the files there, so it has to exist before any of them ha
 
 from __future__ import annotations
 
-from ._migrate_async import (
-    apply_migrations,
-    citus_installed,
-    distribute,
-    distributed,
-    migrate_dsn,
-    setup,
-    status,
-)
-from ._migrate_sync import apply_migrations as apply_migrations_sync
-from ._migrate_sync import citus_installed as citus_installed_sync
-from ._migrate_sync import distribute as distribute_sync
-from ._migrate_sync import distributed as distributed_sync
-from ._migrate_sync import migrate_dsn as migrate_dsn_sync
-from ._migrate_sync import setup as setup_sync
-from ._migrate_sync import status as status_sync
+from typing import TYPE_CHECKING, Any
+
 from ._migration_plan import DEFAULT_LOCK_TIMEOUT, AppliedMigration, MigrationStatus, Setup, plan
+from ._runner import runner_attribute
+
+if TYPE_CHECKING:
+    from ._migrate_async import (
+        apply_migrations,
+        citus_installed,
+        distribute,
+        distributed,
+        migrate_dsn,
+        setup,
+        status,
+    )
+    from ._migrate_sync import apply_migrations as apply_migrations_sync
+    from ._migrate_sync import citus_installed as citus_installed_sync
+    from ._migrate_sync import distribute as distribute_sync
+    from ._migrate_sync import distributed as distributed_sync
+    from ._migrate_sync import migrate_dsn as migrate_dsn_sync
+    from ._migrate_sync import setup as setup_sync
+    from ._migrate_sync import status as status_sync
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
@@ -83,3 +88,7 @@ __all__ = [
     "status",
     "status_sync",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return runner_attribute(__name__, name)

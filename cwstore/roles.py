@@ -15,11 +15,14 @@ migration runner, in :mod:`cwstore._migrate_async` (``setup(roles=True)`` calls
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-from ._migrate_async import add_tenant_member, install_roles
-from ._migrate_sync import add_tenant_member as add_tenant_member_sync
-from ._migrate_sync import install_roles as install_roles_sync
+from ._runner import runner_attribute
+
+if TYPE_CHECKING:
+    from ._migrate_async import add_tenant_member, install_roles
+    from ._migrate_sync import add_tenant_member as add_tenant_member_sync
+    from ._migrate_sync import install_roles as install_roles_sync
 
 __all__ = [
     "ADMIN",
@@ -37,3 +40,7 @@ WRITER: Final = "cwstore_writer"
 """The group role that writes through the write functions (and reads)."""
 ADMIN: Final = "cwstore_admin"
 """The group role that may also erase the graphs of its tenants (docs/erasure.md)."""
+
+
+def __getattr__(name: str) -> Any:
+    return runner_attribute(__name__, name)
