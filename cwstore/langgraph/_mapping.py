@@ -171,7 +171,7 @@ def message_payload(
     as_dict = message_to_dict(message)
     if is_plain_json(as_dict):
         try:
-            back = messages_from_dict([as_dict])[0]
+            back = message_from_dict(as_dict)
         except Exception:  # a message class LangChain cannot rebuild from its dict
             back = None
         if back == message and type(back) is type(message):
@@ -179,9 +179,65 @@ def message_payload(
     return {"channel": channel, **encode_value(serde, message)}
 
 
+@dataclass(frozen=True)
+class _Plain:
+    """A message class whose instances :func:`message_from_dict` may build directly."""
+
+    cls: type[BaseMessage]
+    fields: frozenset[str]
+    extra: dict[str, Any] | None
+
+
+def _plain(cls: type[BaseMessage]) -> _Plain | None:
+    """``cls`` when pydantic's ``model_construct`` would only store the fields given
+    (no aliases, no post-init, not a root model), else ``None``."""
+    fields = cls.model_fields
+    if (
+        cls.__pydantic_post_init__
+        or cls.__pydantic_root_model__
+        or any(f.alias is not None or f.validation_alias is not None for f in fields.values())
+    ):
+        return None
+    extra: dict[str, Any] | None = {} if cls.model_config.get("extra") == "allow" else None
+    return _Plain(cls, frozenset(fields), extra)
+
+
+_PLAIN = {
+    name: plain
+    for name, cls in (
+        ("human", HumanMessage),
+        ("ai", AIMessage),
+        ("system", SystemMessage),
+        ("tool", ToolMessage),
+    )
+    if (plain := _plain(cls)) is not None
+}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def message_from_dict(as_dict: Mapping[str, Any]) -> BaseMessage:
+    """The message LangChain's ``messages_from_dict`` rebuilds from ``message_to_dict``'s
+    dict, without validating it again when it can: a human, AI, system or tool message
+    whose dict holds exactly its class's fields is built as pydantic's
+    ``model_construct`` builds it (a stored message was dumped from a valid one, and
+    :func:`message_payload` stores a dict only when this function gives the message
+    back equal). Any other dict goes through ``messages_from_dict``."""
+    plain = _PLAIN.get(as_dict.get("type", ""))
+    data = as_dict.get("data")
+    if plain is None or type(data) is not dict or data.keys() != plain.fields:
+        return messages_from_dict([dict(as_dict)])[0]
+    message = _new(plain.cls)
+    _set(message, "__dict__", dict(data))
+    _set(message, "__pydantic_fields_set__", set(data))
+    _set(message, "__pydantic_extra__", None if plain.extra is None else {})
+    _set(message, "__pydantic_private__", None)
+    return message
+
+
 def message_from_payload(serde: SerializerProtocol, payload: Mapping[str, Any]) -> Any:
     if "message" in payload:
-        return messages_from_dict([payload["message"]])[0]
+        return message_from_dict(payload["message"])
     return decode_value(serde, payload)
 
 
@@ -419,11 +475,6 @@ class PutPlan:
         self.state.node_id = self._node(CP_KIND, parents, payload, key, version)
 
 
-PartRow = tuple[int, str | None, str | None, int, int, str, str]
-"""A row of the ``parts`` query: part, channel, key, order, version, node id, payload
-text."""
-
-
 @dataclass
 class Loaded:
     """A stored checkpoint read back: the payload of its node, its values, the state a
@@ -435,10 +486,17 @@ class Loaded:
     write_batches: list[dict[str, Any]]
 
 
-def load_checkpoint(
-    serde: SerializerProtocol, node_id: str, payload_text: str, rows: Sequence[Sequence[Any]]
-) -> Loaded:
-    """Decode a checkpoint node and the rows of its ``parts`` query."""
+def load_checkpoints(serde: SerializerProtocol, rows: Sequence[Sequence[Any]]) -> list[Loaded]:
+    """Decode the rows of the ``checkpoints`` query, in their order: per checkpoint, its
+    node (part -1), then its parts."""
+    groups: dict[int, list[Sequence[Any]]] = {}
+    for row in rows:
+        groups.setdefault(row[0], []).append(row)
+    return [_load_checkpoint(serde, group) for group in groups.values()]
+
+
+def _load_checkpoint(serde: SerializerProtocol, rows: Sequence[Sequence[Any]]) -> Loaded:
+    _seq, _part, _channel, _key, _version, node_id, payload_text = rows[0]
     payload = json.loads(payload_text)
     state = CheckpointState(node_id)
     values: dict[str, Any] = {}
@@ -446,20 +504,20 @@ def load_checkpoint(
     refs: dict[str, Ref] = {}
     messages: dict[str, MessageList] = {}
     batches: list[dict[str, Any]] = []
-    for part, channel, key, _ord, version, nid, text in rows:
+    for _seq, part, channel, key, version, nid, text in rows[1:]:
         if part == 0:
             by_id[nid] = json.loads(text)
-            refs[nid] = Ref(nid, str(key), int(version))
+            refs[nid] = Ref(nid, key, version)
         elif part == 1:
-            assert channel is not None and key is not None
-            lst = messages.setdefault(channel, MessageList([], []))
+            lst = messages.get(channel)
+            if lst is None:
+                lst = messages[channel] = MessageList([], [])
             lst.messages.append(message_from_payload(serde, json.loads(text)))
-            lst.refs.append(Ref(nid, key, int(version)))
+            lst.refs.append(Ref(nid, key, version))
         else:
             batches.append(json.loads(text))
     for channel, nid in payload["values"].items():
-        node = by_id[nid]
-        values[channel] = decode_value(serde, node)
+        values[channel] = decode_value(serde, by_id[nid])
         state.values[channel] = refs[nid]
     for channel, lst in messages.items():
         values[channel] = list(lst.messages)

@@ -46,7 +46,7 @@ from ._mapping import (
     encode_value,
     fold_writes,
     graph_name,
-    load_checkpoint,
+    load_checkpoints,
     thread_prefix,
     write_index,
     writes_key,
@@ -139,30 +139,31 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     # --- reading ------------------------------------------------------------------------
 
+    async def _checkpoints(
+        self,
+        conn: AsyncConnection,
+        graph: str,
+        checkpoint_id: str | None,
+        *,
+        before: str | None = None,
+        wanted: str | None = None,
+        limit: int | None = None,
+    ) -> _LoadedList:
+        """The checkpoint ``checkpoint_id`` names, or (``None``) the graph's checkpoints
+        newest first, before the checkpoint id ``before``, whose metadata holds
+        ``wanted`` (JSON text), at most ``limit``; one query, values and messages
+        included."""
+        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
+        rows = await conn.fetch(
+            _q("checkpoints"), graph, key, CP_KIND, before, wanted, limit, writes_key("")
+        )
+        return load_checkpoints(self.serde, rows)
+
     async def _load(
         self, conn: AsyncConnection, graph: str, checkpoint_id: str | None
     ) -> Loaded | None:
-        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
-        row = await conn.fetchrow(_q("checkpoint"), graph, key, CP_KIND)
-        if row is None:
-            return None
-        return await self._parts(conn, row)
-
-    async def _parts(self, conn: AsyncConnection, row: Sequence[Any]) -> Loaded:
-        graph_id, _seq, node_id, text = row
-        head = json.loads(text)
-        segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
-        rows = await conn.fetch(
-            _q("parts"),
-            graph_id,
-            sorted(head["values"].values()),
-            [c for c, _ in segments],
-            [s[0] for _, s in segments],
-            [s[1] for _, s in segments],
-            [s[2] for _, s in segments],
-            writes_key(head["checkpoint_id"]),
-        )
-        return load_checkpoint(self.serde, node_id, text, rows)
+        found = await self._checkpoints(conn, graph, checkpoint_id, limit=1)
+        return found[0] if found else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
@@ -191,11 +192,15 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
             for thread_id, ns in targets:
-                rows = await conn.fetch(
-                    _q("list"), graph_name(thread_id, ns), CP_KIND, before_id, wanted, limit
+                found = await self._checkpoints(
+                    conn,
+                    graph_name(thread_id, ns),
+                    None,
+                    before=before_id,
+                    wanted=wanted,
+                    limit=limit,
                 )
-                for row in rows:
-                    loaded = await self._parts(conn, row)
+                for loaded in found:
                     yield _tuple(self.serde, thread_id, ns, loaded)
                     if limit is not None:
                         limit -= 1
@@ -328,8 +333,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
         async with self.store._pool.connection() as conn:
-            rows = await conn.fetch(_q("list"), graph, CP_KIND, None, None, None)
-            return [await self._parts(conn, row) for row in reversed(rows)]
+            return list(reversed(await self._checkpoints(conn, graph, None)))
 
     async def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
         """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents
