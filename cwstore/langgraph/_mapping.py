@@ -38,8 +38,10 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from langchain_core.messages import (
@@ -160,7 +162,11 @@ def message_kind(message: BaseMessage) -> str:
 
 
 def is_message_list(value: Any) -> bool:
-    return type(value) is list and bool(value) and all(isinstance(m, BaseMessage) for m in value)
+    return (
+        type(value) is list
+        and bool(value)
+        and all(map(isinstance, value, repeat(BaseMessage, len(value))))
+    )
 
 
 def message_payload(
@@ -263,6 +269,17 @@ class Segment:
         return [self.key, self.first, self.last]
 
 
+def _extend_segments(out: list[Segment], refs: Iterable[Ref]) -> list[Segment]:
+    """``out`` followed by the versions ``refs`` name, runs of one key merged."""
+    for ref in refs:
+        last = out[-1] if out else None
+        if last is not None and last.key == ref.key and last.last + 1 == ref.version:
+            out[-1] = Segment(last.key, last.first, ref.version)
+        else:
+            out.append(Segment(ref.key, ref.version, ref.version))
+    return out
+
+
 @dataclass
 class MessageList:
     """A messages channel's value in one checkpoint: the messages, their nodes (with
@@ -270,16 +287,22 @@ class MessageList:
 
     messages: list[Any]
     refs: list[Ref]
+    _segments: list[Segment] | None = field(default=None, repr=False, compare=False)
 
     def segments(self) -> list[Segment]:
-        out: list[Segment] = []
-        for ref in self.refs:
-            last = out[-1] if out else None
-            if last is not None and last.key == ref.key and last.last + 1 == ref.version:
-                out[-1] = Segment(last.key, last.first, ref.version)
-            else:
-                out.append(Segment(ref.key, ref.version, ref.version))
-        return out
+        """The segments, computed once."""
+        if self._segments is None:
+            self._segments = _extend_segments([], self.refs)
+        return self._segments
+
+    def followed_by(self, messages: list[Any], keep: int, refs: Sequence[Ref]) -> MessageList:
+        """The list ``messages``: this list's first ``keep`` messages, then those of
+        ``refs``. When it keeps all of this list, its segments extend this list's, so a
+        put that adds a message costs the same at any length."""
+        segments = None
+        if keep == len(self.refs):
+            segments = _extend_segments(list(self.segments()), refs)
+        return MessageList(messages, [*self.refs[:keep], *refs], segments)
 
 
 @dataclass
@@ -298,6 +321,8 @@ def same_message(a: Any, b: Any) -> bool:
 
 def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
     n = min(len(old), len(new))
+    if all(map(operator.is_, old[:n], new[:n])):  # the usual case: the same objects
+        return n
     for i in range(n):
         if not same_message(old[i], new[i]):
             return i
@@ -439,9 +464,9 @@ class PutPlan:
     def _messages(self, heads: Heads, channel: str, value: list[Any], tips: list[str]) -> None:
         old = self.parent.messages.get(channel) or MessageList([], [])
         keep = common_prefix(old.messages, value)
-        refs = list(old.refs[:keep])
+        refs: list[Ref] = []
         if keep < len(value):
-            prev = refs[-1] if refs else None
+            prev = old.refs[keep - 1] if keep else None
             key, version, parents = self._next(heads, prev, _base_key("lg:msg:", channel))
             for message in value[keep:]:
                 payload = message_payload(self.serde, channel, message)
@@ -449,7 +474,7 @@ class PutPlan:
                 refs.append(Ref(node_id, key, version))
                 parents, version = [node_id], version + 1
             tips.append(refs[-1].node_id)
-        self.state.messages[channel] = MessageList(list(value), refs)
+        self.state.messages[channel] = old.followed_by(list(value), keep, refs)
 
     def _checkpoint_node(self, heads: Heads, tips: list[str]) -> None:
         key = checkpoint_key(self.checkpoint_id)
