@@ -241,7 +241,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             )
             keys = plan.keys()
             unknown = [k for k in keys if k not in memo.heads]
-            if unknown and (attempt or not _only_new_checkpoint(unknown, plan)):
+            if unknown and (attempt or not _only(unknown, checkpoint_key(plan.checkpoint_id))):
                 memo.heads.update(self._heads(graph, unknown))
             plan.build(memo.heads)
             try:
@@ -288,10 +288,10 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         from cwstore.identity import compute_id
 
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
-        for _ in range(_RETRIES):
+        for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
             unknown = [k for k in (key, cp) if k not in memo.heads]
-            if unknown:
+            if unknown and (attempt or not _only(unknown, key)):
                 memo.heads.update(self._heads(graph, unknown))
             head, cp_head = memo.heads.get(key), memo.heads.get(cp)
             parents = sorted({h[0] for h in (head, cp_head) if h is not None})
@@ -398,11 +398,12 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             self._rewrite(graph, keep, "langgraph delete_for_runs")
 
 
-def _only_new_checkpoint(unknown: Sequence[str], plan: PutPlan) -> bool:
-    """Whether the only unknown head is the new checkpoint's own key: a new checkpoint
-    id has none, so the first attempt need not ask (a wrong guess is a chain conflict,
-    and the retry asks)."""
-    return list(unknown) == [checkpoint_key(plan.checkpoint_id)]
+def _only(unknown: Sequence[str], key: str) -> bool:
+    """Whether the only unknown head is ``key``, a key new to the graph unless another
+    process wrote it (a new checkpoint's, the first pending writes of a checkpoint this
+    saver stored): the first attempt assumes it has none and does not ask (a wrong guess
+    is a chain conflict, and the retry asks)."""
+    return list(unknown) == [key]
 
 
 def _split(graph: str) -> tuple[str, str]:
