@@ -228,13 +228,14 @@ def message_from_dict(as_dict: Mapping[str, Any]) -> BaseMessage:
     whose dict holds exactly its class's fields is built as pydantic's
     ``model_construct`` builds it (a stored message was dumped from a valid one, and
     :func:`message_payload` stores a dict only when this function gives the message
-    back equal). Any other dict goes through ``messages_from_dict``."""
+    back equal). Any other dict goes through ``messages_from_dict``. The message takes
+    ``as_dict["data"]`` as its own: the caller must not use that dict again."""
     plain = _PLAIN.get(as_dict.get("type", ""))
     data = as_dict.get("data")
     if plain is None or type(data) is not dict or data.keys() != plain.fields:
         return messages_from_dict([dict(as_dict)])[0]
     message = _new(plain.cls)
-    _set(message, "__dict__", dict(data))
+    _set(message, "__dict__", data)
     _set(message, "__pydantic_fields_set__", set(data))
     _set(message, "__pydantic_extra__", None if plain.extra is None else {})
     _set(message, "__pydantic_private__", None)
@@ -523,24 +524,26 @@ def load_checkpoints(serde: SerializerProtocol, rows: Sequence[Sequence[Any]]) -
 def _load_checkpoint(serde: SerializerProtocol, rows: Sequence[Sequence[Any]]) -> Loaded:
     _seq, _part, _channel, _key, _version, node_id, payload_text = rows[0]
     payload = json.loads(payload_text)
+    # One parse for every part's payload (about half the time of one parse each).
+    nodes = json.loads("[" + ",".join([row[6] for row in rows[1:]]) + "]")
     state = CheckpointState(node_id)
     values: dict[str, Any] = {}
     by_id: dict[str, dict[str, Any]] = {}
     refs: dict[str, Ref] = {}
     messages: dict[str, MessageList] = {}
     batches: list[dict[str, Any]] = []
-    for _seq, part, channel, key, version, nid, text in rows[1:]:
+    for (_seq, part, channel, key, version, nid, _text), node in zip(rows[1:], nodes, strict=True):
         if part == 0:
-            by_id[nid] = json.loads(text)
+            by_id[nid] = node
             refs[nid] = Ref(nid, key, version)
         elif part == 1:
             lst = messages.get(channel)
             if lst is None:
                 lst = messages[channel] = MessageList([], [])
-            lst.messages.append(message_from_payload(serde, json.loads(text)))
+            lst.messages.append(message_from_payload(serde, node))
             lst.refs.append(Ref(nid, key, version))
         else:
-            batches.append(json.loads(text))
+            batches.append(node)
     for channel, nid in payload["values"].items():
         values[channel] = decode_value(serde, by_id[nid])
         state.values[channel] = refs[nid]
