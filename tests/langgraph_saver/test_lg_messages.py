@@ -61,9 +61,9 @@ _MESSAGES: list[BaseMessage] = [
     ToolMessage("failed", tool_call_id="call-2", status="error", artifact={"raw": [1, 2]}),
     SystemMessage("you are terse"),
     SystemMessage([{"type": "text", "text": "rules"}], name="sys", id="s-1"),
-    AIMessageChunk("chunk", id="c-1"),
-    ChatMessage("hey", role="critic"),
-    FunctionMessage("out", name="f"),
+    AIMessageChunk(content="chunk", id="c-1"),
+    ChatMessage(content="hey", role="critic"),
+    FunctionMessage(content="out", name="f"),
     RemoveMessage(id="m-1"),
 ]
 
