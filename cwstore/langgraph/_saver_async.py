@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql
 from .._migrate_async import migrate_dsn
-from ..drivers._protocol import AsyncConnection, Row
+from ..drivers._protocol import AsyncConnection
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store_async import AsyncStore, connect
 from ._mapping import (
@@ -46,7 +46,7 @@ from ._mapping import (
     encode_value,
     fold_writes,
     graph_name,
-    load_checkpoint,
+    load_checkpoints,
     thread_prefix,
     write_index,
     writes_key,
@@ -139,31 +139,31 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     # --- reading ------------------------------------------------------------------------
 
+    async def _checkpoints(
+        self,
+        conn: AsyncConnection,
+        graph: str,
+        checkpoint_id: str | None,
+        *,
+        before: str | None = None,
+        wanted: str | None = None,
+        limit: int | None = None,
+    ) -> _LoadedList:
+        """The checkpoint ``checkpoint_id`` names, or (``None``) the graph's checkpoints
+        newest first, before the checkpoint id ``before``, whose metadata holds
+        ``wanted`` (JSON text), at most ``limit``; one query, values and messages
+        included."""
+        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
+        rows = await conn.fetch(
+            _q("checkpoints"), graph, key, CP_KIND, before, wanted, limit, writes_key("")
+        )
+        return load_checkpoints(self.serde, rows)
+
     async def _load(
         self, conn: AsyncConnection, graph: str, checkpoint_id: str | None
     ) -> Loaded | None:
-        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
-        row = await conn.fetchrow(_q("checkpoint"), graph, key, CP_KIND)
-        if row is None:
-            return None
-        return await self._parts(conn, row)
-
-    async def _parts(self, conn: AsyncConnection, row: Row) -> Loaded:
-        """The checkpoint of a ``checkpoint`` or ``list`` row, with its parts."""
-        node_id, text = row["id"], row["payload_text"]
-        head = json.loads(text)
-        segments = [(channel, seg) for channel, segs in head["messages"].items() for seg in segs]
-        rows = await conn.fetch(
-            _q("parts"),
-            row["graph_id"],
-            sorted(head["values"].values()),
-            [c for c, _ in segments],
-            [s[0] for _, s in segments],
-            [s[1] for _, s in segments],
-            [s[2] for _, s in segments],
-            writes_key(head["checkpoint_id"]),
-        )
-        return load_checkpoint(self.serde, node_id, text, rows)
+        found = await self._checkpoints(conn, graph, checkpoint_id, limit=1)
+        return found[0] if found else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
@@ -192,11 +192,15 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
             for thread_id, ns in targets:
-                rows = await conn.fetch(
-                    _q("list"), graph_name(thread_id, ns), CP_KIND, before_id, wanted, limit
+                found = await self._checkpoints(
+                    conn,
+                    graph_name(thread_id, ns),
+                    None,
+                    before=before_id,
+                    wanted=wanted,
+                    limit=limit,
                 )
-                for row in rows:
-                    loaded = await self._parts(conn, row)
+                for loaded in found:
                     yield _tuple(self.serde, thread_id, ns, loaded)
                     if limit is not None:
                         limit -= 1
@@ -236,7 +240,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             )
             keys = plan.keys()
             unknown = [k for k in keys if k not in memo.heads]
-            if unknown and (attempt or not _only_new_checkpoint(unknown, plan)):
+            if unknown and (attempt or not _only(unknown, checkpoint_key(plan.checkpoint_id))):
                 memo.heads.update(await self._heads(graph, unknown))
             plan.build(memo.heads)
             try:
@@ -283,10 +287,10 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         from cwstore.identity import compute_id
 
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
-        for _ in range(_RETRIES):
+        for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
             unknown = [k for k in (key, cp) if k not in memo.heads]
-            if unknown:
+            if unknown and (attempt or not _only(unknown, key)):
                 memo.heads.update(await self._heads(graph, unknown))
             head, cp_head = memo.heads.get(key), memo.heads.get(cp)
             parents = sorted({h[0] for h in (head, cp_head) if h is not None})
@@ -329,8 +333,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
         async with self.store._connection() as conn:
-            rows = await conn.fetch(_q("list"), graph, CP_KIND, None, None, None)
-            return [await self._parts(conn, row) for row in reversed(rows)]
+            return list(reversed(await self._checkpoints(conn, graph, None)))
 
     async def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
         """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents
@@ -396,11 +399,12 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             await self._rewrite(graph, keep, "langgraph delete_for_runs")
 
 
-def _only_new_checkpoint(unknown: Sequence[str], plan: PutPlan) -> bool:
-    """Whether the only unknown head is the new checkpoint's own key: a new checkpoint
-    id has none, so the first attempt need not ask (a wrong guess is a chain conflict,
-    and the retry asks)."""
-    return list(unknown) == [checkpoint_key(plan.checkpoint_id)]
+def _only(unknown: Sequence[str], key: str) -> bool:
+    """Whether the only unknown head is ``key``, a key new to the graph unless another
+    process wrote it (a new checkpoint's, the first pending writes of a checkpoint this
+    saver stored): the first attempt assumes it has none and does not ask (a wrong guess
+    is a chain conflict, and the retry asks)."""
+    return list(unknown) == [key]
 
 
 def _split(graph: str) -> tuple[str, str]:

@@ -3,48 +3,70 @@
 -- functions (docs/sql.md); every write goes through the public store (append_v1,
 -- erase_graph_v1).
 
--- name: checkpoint
--- The checkpoint node of graph $1 whose key is $2 (lg:cp:<id>), or, $2 NULL, the latest
--- one (the newest node of the checkpoints' kind $3): graph id, seq, node id, payload text.
-SELECT g.graph_id, n.seq, n.id, n.payload_text
-  FROM cwstore.find_graph($1) g
-  JOIN LATERAL (
-    SELECT h.head_seq AS seq
-      FROM cwstore.key_heads h
-     WHERE $2::text IS NOT NULL AND h.graph_id = g.graph_id AND h.key = $2::text
-    UNION ALL
-    (SELECT k.seq
-       FROM cwstore.kind_counts k
-      WHERE $2::text IS NULL AND k.graph_id = g.graph_id AND k.kind = $3::text
-      ORDER BY k.seq DESC
-      LIMIT 1)
-  ) c ON true
-  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = c.seq
-
--- name: parts
--- What a checkpoint of graph id $1 holds: part 0, the value nodes with ids $2; part 1,
--- the message chains' versions (channel $3[i], key $4[i], versions $5[i]..$6[i]), in
--- order; part 2, every version of the pending writes' key $7, oldest first.
-SELECT 0 AS part, NULL::text AS channel, n.resource_key AS key, 0::bigint AS ord,
-       v.version, n.id, n.payload_text
-  FROM cwstore.nodes n
-  JOIN cwstore.key_versions v
-    ON v.graph_id = n.graph_id AND v.key = n.resource_key AND v.node_seq = n.seq
- WHERE n.graph_id = $1 AND n.id = ANY($2::text[])
-UNION ALL
-SELECT 1, s.channel, s.key, s.ord, v.version, n.id, n.payload_text
-  FROM unnest($3::text[], $4::text[], $5::int[], $6::int[])
-       WITH ORDINALITY AS s(channel, key, first_version, last_version, ord)
-  JOIN cwstore.key_versions v
-    ON v.graph_id = $1 AND v.key = s.key
-   AND v.version BETWEEN s.first_version AND s.last_version
-  JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = v.node_seq
-UNION ALL
-SELECT 2, NULL, NULL, 0, v.version, n.id, n.payload_text
-  FROM cwstore.key_versions v
-  JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
- WHERE v.graph_id = $1 AND v.key = $7::text
- ORDER BY 1, 4, 5
+-- name: checkpoints
+-- Checkpoints of graph $1 (by name), newest first, each with what it holds: the one whose
+-- key is $2 (lg:cp:<id>), or, $2 NULL, those of the checkpoints' kind $3 before checkpoint
+-- id $4 (NULL: all) whose metadata contains $5 (jsonb, NULL: any), at most $6 (NULL:
+-- all). Rows: checkpoint seq, part, channel, key, version, node id, payload text; per
+-- checkpoint, part -1, its own node; part 0, the value nodes its "values" names (with
+-- their keys and versions); part 1, the versions of the message chains its "messages"
+-- names, in order; part 2, every version of its pending writes' key ($7 || its
+-- checkpoint id), oldest first.
+SELECT c.seq, p.part, p.channel, p.key, p.version, p.id, p.payload_text
+  FROM (SELECT g.graph_id, n.seq, n.id, n.payload_text
+          FROM cwstore.find_graph($1) g
+          JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = $2::text
+          JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.head_seq
+         WHERE $2::text IS NOT NULL
+        UNION ALL
+        (SELECT g.graph_id, n.seq, n.id, n.payload_text
+           FROM cwstore.find_graph($1) g
+           JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $3::text
+           JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+          WHERE $2::text IS NULL
+            AND ($4::text IS NULL
+                 OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C"
+                    < $4::text)
+            AND ($5::jsonb IS NULL
+                 OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $5::jsonb)
+          ORDER BY k.seq DESC
+          LIMIT $6)) c
+ CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(c.payload_text) AS head) cp
+ CROSS JOIN LATERAL (
+        SELECT -1 AS part, NULL::text AS channel, NULL::text AS key, 0::bigint AS ord,
+               0 AS version, c.id, c.payload_text
+        UNION ALL
+        SELECT 0, NULL, n.resource_key, 0, v.version, n.id, n.payload_text
+          FROM jsonb_each_text(cp.head -> 'values') e(channel, node_id)
+          JOIN LATERAL (SELECT n.seq, n.id, n.resource_key, n.payload_text
+                          FROM cwstore.nodes n
+                         WHERE n.graph_id = c.graph_id AND n.id = e.node_id
+                         LIMIT 1) n ON true
+          JOIN LATERAL (SELECT v.version FROM cwstore.key_versions v
+                         WHERE v.graph_id = c.graph_id
+                           AND v.key = n.resource_key COLLATE "default"
+                           AND v.node_seq = n.seq
+                         LIMIT 1) v ON true
+        UNION ALL
+        SELECT 1, m.channel, s.seg ->> 0, s.ord, v.version, n.id, n.payload_text
+          FROM jsonb_each(cp.head -> 'messages') m(channel, segs)
+         CROSS JOIN LATERAL jsonb_array_elements(m.segs) WITH ORDINALITY s(seg, ord)
+          JOIN LATERAL (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+                         WHERE v.graph_id = c.graph_id AND v.key = s.seg ->> 0
+                           AND v.version BETWEEN (s.seg ->> 1)::int AND (s.seg ->> 2)::int
+                         LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) v ON true
+          JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
+                         WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
+                         LIMIT 1) n ON true
+        UNION ALL
+        SELECT 2, NULL, NULL, 0, v.version, n.id, n.payload_text
+          FROM cwstore.key_versions v
+          JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
+                         WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
+                         LIMIT 1) n ON true
+         WHERE v.graph_id = c.graph_id
+           AND v.key = $7::text || (cp.head ->> 'checkpoint_id')) p
+ ORDER BY c.seq DESC, p.part, p.channel, p.ord, p.version
 
 -- name: heads
 -- The heads (node id, version) of keys $2 in graph $1 (by name); a key with no row has
@@ -52,20 +74,6 @@ SELECT 2, NULL, NULL, 0, v.version, n.id, n.payload_text
 SELECT h.key, h.head_id, h.version
   FROM cwstore.find_graph($1) g
   JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = ANY($2::text[])
-
--- name: list
--- Checkpoint nodes of graph $1 (kind $2), newest first: before checkpoint id $3 (NULL:
--- all), whose metadata contains $4 (jsonb, NULL: any), at most $5 (NULL: all).
-SELECT g.graph_id, n.seq, n.id, n.payload_text
-  FROM cwstore.find_graph($1) g
-  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
-  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
- WHERE ($3::text IS NULL
-        OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $3::text)
-   AND ($4::jsonb IS NULL
-        OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $4::jsonb)
- ORDER BY k.seq DESC
- LIMIT $5
 
 -- name: thread_graphs
 -- The graphs of a LangGraph thread: the root namespace's, named $1, and its

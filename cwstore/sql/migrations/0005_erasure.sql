@@ -36,6 +36,12 @@
 --     _advance_length; _frontier_heads, _writer_graph, _batch_fields, _refuse_repeated,
 --     _lock_for_append, _refuse_changed, _declare_after_append); nothing they accept or
 --     write changed.
+--   * Flat in the graph's length: a one-node append looks nodes up by id or sequence
+--     as an index lookup (LATERAL ... LIMIT 1) in _derive_node and _frontier_declared,
+--     whatever plan the session kept from when the graph was small; _nodes_inserted hands
+--     _derive_node its ids and key in the default collation, so its lookups in
+--     key_heads, key_versions and kind_counts use their indexes (a "C" argument made
+--     them scans of the graph's rows).
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 --
@@ -258,7 +264,7 @@ BEGIN
       FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
               FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
       LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
-                          WHERE m.graph_id = p_graph_id AND m.id = u.pid) m ON true
+                          WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
      ORDER BY u.o
     RETURNING parent_seq),
   closed AS (
@@ -503,8 +509,11 @@ BEGIN
 
   IF v_rows <= 3 THEN
     FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
-      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id, nd.kind, nd.parents,
-                                   nd.resource_key);
+      -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
+      -- would make every text comparison in _derive_node "C", which the indexes of
+      -- key_heads, key_versions and kind_counts cannot serve (a scan of the graph's rows).
+      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id COLLATE "default", nd.kind,
+                                   nd.parents, nd.resource_key COLLATE "default");
     END LOOP;
   ELSE
     v_work_mem := current_setting('work_mem');
@@ -551,6 +560,60 @@ BEGIN
   RETURN NULL;
 END
 $body$;
+
+CREATE OR REPLACE FUNCTION cwstore._frontier_declared() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  g_length bigint;
+  g_name text;
+  current_heads text[];
+  missing text;
+  seqs bigint[];
+BEGIN
+  SELECT length, name INTO g_length, g_name FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
+  END IF;
+  IF NEW.seq <> g_length THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      format('a frontier is declared at the graph''s length %s, not at %s', g_length, NEW.seq));
+  END IF;
+  IF array_position(NEW.heads, NULL) IS NOT NULL
+     OR cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      'frontier lists an id twice (or null)');
+  END IF;
+
+  SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)
+    INTO seqs, missing
+    FROM unnest(NEW.heads) WITH ORDINALITY AS u(h, ord)
+    LEFT JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                        WHERE n.graph_id = NEW.graph_id AND n.id = u.h LIMIT 1) n ON true;
+  IF missing IS NOT NULL THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, missing, '$.frontier',
+      format('frontier references missing node %s', missing));
+  END IF;
+
+  SELECT array_agg(n.id ORDER BY s.from_seq, s.ord) INTO current_heads
+    FROM cwstore.frontier_spans s
+    JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                   WHERE n.graph_id = s.graph_id AND n.seq = s.head_seq LIMIT 1) n ON true
+   WHERE s.graph_id = NEW.graph_id AND s.to_seq = cwstore.infinity_seq();
+  IF coalesce(current_heads, '{}') = NEW.heads THEN
+    RETURN NULL;
+  END IF;
+
+  DELETE FROM cwstore.frontier_spans
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq() AND from_seq = NEW.seq;
+  UPDATE cwstore.frontier_spans SET to_seq = NEW.seq
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq();
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)
+  SELECT NEW.graph_id, s, NEW.seq, o::integer - 1
+    FROM unnest(seqs) WITH ORDINALITY AS u(s, o);
+  RETURN NULL;
+END $$;
 
 -- 50_tenancy
 

@@ -107,7 +107,7 @@ BEGIN
       FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
               FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
       LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
-                          WHERE m.graph_id = p_graph_id AND m.id = u.pid) m ON true
+                          WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
      ORDER BY u.o
     RETURNING parent_seq),
   closed AS (
@@ -324,6 +324,10 @@ END $$;
 -- check the same rules and write the same rows (tests/contract/test_derive_paths.py);
 -- the test suites run both.
 --
+-- A plan kept from when a graph was small must still be right when it is large: a node
+-- is looked up by id or sequence as LATERAL (... LIMIT 1), which stays an index lookup,
+-- never a join over the graph's rows.
+--
 -- Every statement reads one graph at a time, never joining the transition table to
 -- another table: on Citus this trigger fires on the shard's worker, which cannot plan
 -- such a join, and where a statement must name its graph to stay on the local shard.
@@ -386,8 +390,11 @@ BEGIN
 
   IF v_rows <= 3 THEN
     FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
-      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id, nd.kind, nd.parents,
-                                   nd.resource_key);
+      -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
+      -- would make every text comparison in _derive_node "C", which the indexes of
+      -- key_heads, key_versions and kind_counts cannot serve (a scan of the graph's rows).
+      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id COLLATE "default", nd.kind,
+                                   nd.parents, nd.resource_key COLLATE "default");
     END LOOP;
   ELSE
     v_work_mem := current_setting('work_mem');
@@ -471,7 +478,8 @@ BEGIN
   SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)
     INTO seqs, missing
     FROM unnest(NEW.heads) WITH ORDINALITY AS u(h, ord)
-    LEFT JOIN cwstore.nodes n ON n.graph_id = NEW.graph_id AND n.id = u.h;
+    LEFT JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                        WHERE n.graph_id = NEW.graph_id AND n.id = u.h LIMIT 1) n ON true;
   IF missing IS NOT NULL THEN
     PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, missing, '$.frontier',
       format('frontier references missing node %s', missing));
@@ -479,7 +487,8 @@ BEGIN
 
   SELECT array_agg(n.id ORDER BY s.from_seq, s.ord) INTO current_heads
     FROM cwstore.frontier_spans s
-    JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+    JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                   WHERE n.graph_id = s.graph_id AND n.seq = s.head_seq LIMIT 1) n ON true
    WHERE s.graph_id = NEW.graph_id AND s.to_seq = cwstore.infinity_seq();
   IF coalesce(current_heads, '{}') = NEW.heads THEN
     RETURN NULL;
