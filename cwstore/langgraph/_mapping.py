@@ -505,9 +505,10 @@ class PutPlan:
 
 @dataclass
 class Loaded:
-    """A stored checkpoint read back: the payload of its node, its values, the state a
-    put from it starts with, and its write batches as stored."""
+    """A stored checkpoint read back: the sequence of its node, the node's payload, its
+    values, the state a put from it starts with, and its write batches as stored."""
 
+    seq: int
     payload: dict[str, Any]
     channel_values: dict[str, Any]
     state: CheckpointState
@@ -559,4 +560,4 @@ def _load_checkpoint(serde: SerializerProtocol, rows: Sequence[Row]) -> Loaded:
     for channel, lst in messages.items():
         values[channel] = list(lst.messages)
         state.messages[channel] = lst
-    return Loaded(payload, values, state, batches)
+    return Loaded(int(rows[0]["seq"]), payload, values, state, batches)

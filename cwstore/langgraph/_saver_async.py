@@ -57,6 +57,8 @@ __all__ = ["AsyncCwstoreSaver"]
 
 _Q = _sql.queries(resources.files("cwstore.langgraph"))
 _RETRIES = 8
+_LIST_PAGE = 16
+"""Checkpoints read by one query of a listing."""
 
 # The sync saver's method ``list`` hides the builtin inside the class body, so the
 # class's annotations use these names.
@@ -148,14 +150,15 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         before: str | None = None,
         wanted: str | None = None,
         limit: int | None = None,
+        below: int | None = None,
     ) -> _LoadedList:
         """The checkpoint ``checkpoint_id`` names, or (``None``) the graph's checkpoints
-        newest first, before the checkpoint id ``before``, whose metadata holds
-        ``wanted`` (JSON text), at most ``limit``; one query, values and messages
-        included."""
+        newest first, stored before sequence ``below``, before the checkpoint id
+        ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
+        query, values and messages included."""
         key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
         rows = await conn.fetch(
-            _q("checkpoints"), graph, key, CP_KIND, before, wanted, limit, writes_key("")
+            _q("checkpoints"), graph, key, CP_KIND, before, wanted, limit, writes_key(""), below
         )
         return load_checkpoints(self.serde, rows)
 
@@ -192,18 +195,27 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
             for thread_id, ns in targets:
-                found = await self._checkpoints(
-                    conn,
-                    graph_name(thread_id, ns),
-                    None,
-                    before=before_id,
-                    wanted=wanted,
-                    limit=limit,
-                )
-                for loaded in found:
-                    yield _tuple(self.serde, thread_id, ns, loaded)
+                # A page of checkpoints at a time: a listing holds at most a page of
+                # them (every message of each) however long the thread.
+                below = None
+                while limit is None or limit > 0:
+                    page = _LIST_PAGE if limit is None else min(limit, _LIST_PAGE)
+                    found = await self._checkpoints(
+                        conn,
+                        graph_name(thread_id, ns),
+                        None,
+                        before=before_id,
+                        wanted=wanted,
+                        limit=page,
+                        below=below,
+                    )
+                    for loaded in found:
+                        yield _tuple(self.serde, thread_id, ns, loaded)
                     if limit is not None:
-                        limit -= 1
+                        limit -= len(found)
+                    if len(found) < page:
+                        break
+                    below = found[-1].seq
                 if limit is not None and limit <= 0:
                     return
 

@@ -5,9 +5,9 @@
 
 -- name: checkpoints
 -- Checkpoints of graph $1 (by name), newest first, each with what it holds: the one whose
--- key is $2 (lg:cp:<id>), or, $2 NULL, those of the checkpoints' kind $3 before checkpoint
--- id $4 (NULL: all) whose metadata contains $5 (jsonb, NULL: any), at most $6 (NULL:
--- all). Rows: checkpoint seq, part, channel, key, version, node id, payload text; per
+-- key is $2 (lg:cp:<id>), or, $2 NULL, those of the checkpoints' kind $3 stored before
+-- sequence $8 (NULL: all) and before checkpoint id $4 (NULL: all) whose metadata
+-- contains $5 (jsonb, NULL: any), at most $6 (NULL: all). Rows: checkpoint seq, part, channel, key, version, node id, payload text; per
 -- checkpoint, part -1, its own node; part 0, the value nodes its "values" names (with
 -- their keys and versions); part 1, the versions of the message chains its "messages"
 -- names, in order; part 2, every version of its pending writes' key ($7 || its
@@ -24,6 +24,7 @@ SELECT c.seq, p.part, p.channel, p.key, p.version, p.id, p.payload_text
            JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $3::text
            JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
           WHERE $2::text IS NULL
+            AND ($8::bigint IS NULL OR k.seq < $8::bigint)
             AND ($4::text IS NULL
                  OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C"
                     < $4::text)
