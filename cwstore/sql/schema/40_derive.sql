@@ -488,7 +488,7 @@ BEGIN
   SELECT array_agg(n.id ORDER BY s.from_seq, s.ord) INTO current_heads
     FROM cwstore.frontier_spans s
     JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
-                   WHERE n.graph_id = s.graph_id AND n.seq = s.head_seq LIMIT 1) n ON true
+                   WHERE n.graph_id = NEW.graph_id AND n.seq = s.head_seq LIMIT 1) n ON true
    WHERE s.graph_id = NEW.graph_id AND s.to_seq = cwstore.infinity_seq();
   IF coalesce(current_heads, '{}') = NEW.heads THEN
     RETURN NULL;
