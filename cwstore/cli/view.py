@@ -46,6 +46,8 @@ def cmd_view(args: argparse.Namespace) -> int:
         allow_hosts=hosts,
         max_live=args.max_live,
         statement_timeout=args.statement_timeout,
+        pooler=args.pooler,
+        listen_dsn=args.listen_dsn,
     )
 
 
@@ -93,5 +95,5 @@ def register(sub: Any) -> None:
         help=f"longest a read may run; it then answers 503 (default "
         f"{DEFAULT_STATEMENT_TIMEOUT}; env CWSTORE_VIEW_STATEMENT_TIMEOUT)",
     )
-    add_dsn(p, pooler=False)
+    add_dsn(p)
     p.set_defaults(func=cmd_view)

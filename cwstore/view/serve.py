@@ -32,13 +32,17 @@ def serve(
     allow_hosts: Sequence[str] = (),
     max_live: int = 100,
     statement_timeout: int = 30,
+    pooler: str | None = None,
+    listen_dsn: str | None = None,
 ) -> int:
     """Serve the page on ``host:port`` until interrupted (Ctrl-C, SIGTERM); returns 0.
 
     Prints the page's address on stdout first (one line, ``cwstore view: <url> ...``).
     Serves requests whose Host header is an IP address, ``localhost``, ``host`` or one
     of ``allow_hosts`` (403 otherwise); follows at most ``max_live`` live streams; every
-    read runs under a ``statement_timeout`` of that many seconds.
+    read runs under a ``statement_timeout`` of that many seconds. ``pooler`` and
+    ``listen_dsn`` are :func:`cwstore.connect`'s (``"transaction"`` behind a
+    transaction-mode pooler: the live streams poll, or listen on ``listen_dsn``).
 
     Raises :class:`InputError` when the address cannot be bound or the window is out of
     range, :class:`UnknownGraphError` when ``graph`` is not there (or not the role's).
@@ -47,7 +51,19 @@ def serve(
         raise InputError(f"--window {window}: give 10 to {MAX_WINDOW} nodes")
     names = frozenset(h.lower().strip("[]").removesuffix(".") for h in (host, *allow_hosts))
     config = ViewConfig(first_graph=graph, window=window, hosts=names)
-    return asyncio.run(_serve(dsn, host, port, open_browser, config, max_live, statement_timeout))
+    return asyncio.run(
+        _serve(
+            dsn,
+            host,
+            port,
+            open_browser,
+            config,
+            max_live,
+            statement_timeout,
+            pooler=pooler,
+            listen_dsn=listen_dsn,
+        )
+    )
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -105,6 +121,9 @@ async def _serve(
     config: ViewConfig,
     max_live: int,
     statement_timeout: int,
+    *,
+    pooler: str | None,
+    listen_dsn: str | None,
 ) -> int:
     graph = config.first_graph
     # Every read of the view is bounded in time; a request whose client left is
@@ -116,6 +135,8 @@ async def _serve(
         max_size=8,
         migrate_schema=False,
         statement_timeout=statement_timeout,
+        pooler=pooler,
+        listen_dsn=listen_dsn,
     )
     live: LiveHub | None = None
     try:
