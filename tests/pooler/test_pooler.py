@@ -10,7 +10,6 @@ without one. ``.ci/run`` starts Debian's PgBouncer on 127.0.0.1:6432 for it.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,21 +17,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import cwstore
 
 WORKERS = 6
 STEPS = 12
-
-
-@pytest.fixture(scope="module")
-def pooled_dsn(db_dsn: str) -> str:
-    """The module's database, reached through the pooler."""
-    pooler = os.environ.get("CWSTORE_TEST_POOLER_DSN")
-    if not pooler:
-        pytest.skip("CWSTORE_TEST_POOLER_DSN is not set: no transaction-mode pooler")
-    return make_conninfo(pooler, dbname=str(conninfo_to_dict(db_dsn)["dbname"]))
 
 
 def _node(k: int, heads: list[str]) -> dict[str, Any]:

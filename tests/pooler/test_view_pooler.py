@@ -1,48 +1,22 @@
 """``cwstore view --pooler transaction`` through a transaction-mode pooler (PgBouncer):
 the page's reads, and a live stream that polls and sees nodes appended meanwhile.
 
-Needs ``CWSTORE_TEST_POOLER_DSN`` (see test_pooler.py); skipped without one.
+Needs ``CWSTORE_TEST_POOLER_DSN`` (conftest.py); skipped without one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from support.view import view_server
+from support.view import sse_events, view_server
 
 import cwstore
 
 pytest.importorskip("starlette")
-
-
-@pytest.fixture(scope="module")
-def pooled_dsn(db_dsn: str) -> str:
-    pooler = os.environ.get("CWSTORE_TEST_POOLER_DSN")
-    if not pooler:
-        pytest.skip("CWSTORE_TEST_POOLER_DSN is not set: no transaction-mode pooler")
-    return make_conninfo(pooler, dbname=str(conninfo_to_dict(db_dsn)["dbname"]))
-
-
-def _events(url: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    with urllib.request.urlopen(url, timeout=60) as resp:
-        event, data = "message", ""
-        for raw in resp:
-            line = raw.decode("utf-8").rstrip("\n")
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = line[6:]
-            elif line == "" and data:
-                yield event, json.loads(data)
-                event, data = "message", ""
 
 
 def test_the_view_reads_and_follows_through_the_pooler(pooled_dsn: str) -> None:
@@ -58,7 +32,7 @@ def test_the_view_reads_and_follows_through_the_pooler(pooled_dsn: str) -> None:
                 assert json.load(resp)["length"] == 1
             live = server + "api/live?" + urllib.parse.urlencode({"graph": graph, "after": 0})
             seen = []
-            for event, data in _events(live):
+            for event, data in sse_events(live):
                 assert event == "node"
                 seen.append(data["seq"])
                 if len(seen) == 1:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import select
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -38,3 +41,18 @@ def view_server(dsn: str, *args: str) -> Iterator[str]:
             if proc.poll() is None:
                 proc.kill()
         proc.wait()
+
+
+def sse_events(url: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs of the text/event-stream at ``url``, as they arrive."""
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        event, data = "message", ""
+        for raw in resp:
+            line = raw.decode("utf-8").rstrip("\n")
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data = line[6:]
+            elif line == "" and data:
+                yield event, json.loads(data)
+                event, data = "message", ""

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.view import view_server
+from support.view import sse_events, view_server
 
 import cwstore
 from cwstore.view.app import _problem_of
@@ -37,26 +37,11 @@ def server(db_dsn: str) -> Iterator[str]:
         yield url
 
 
-def _events(url: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The (event, data) pairs of a text/event-stream, as they arrive."""
-    with urllib.request.urlopen(url, timeout=60) as resp:
-        event, data = "message", ""
-        for raw in resp:
-            line = raw.decode("utf-8").rstrip("\n")
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = line[6:]
-            elif line == "" and data:
-                yield event, json.loads(data)
-                event, data = "message", ""
-
-
 def test_live_stream_ends_with_an_erased_event(db_dsn: str, server: str) -> None:
     g = _graph(db_dsn)
     url = server + "api/live?" + urllib.parse.urlencode({"graph": g, "after": 0})
     got: list[tuple[str, dict[str, Any]]] = []
-    for event, data in _events(url):
+    for event, data in sse_events(url):
         got.append((event, data))
         if len(got) == 3:
             with cwstore.connect_sync(db_dsn) as store:
