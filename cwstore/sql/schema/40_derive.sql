@@ -351,8 +351,10 @@ DECLARE
   a_id text[];
   a_kind text[];
   a_folds boolean[];
-  a_payload text[];
-  a_key text[];
+  s_seq bigint[];
+  s_id text[];
+  s_payload text[];
+  s_key text[];
   p_child bigint[];
   p_id text[];
   p_pos integer[];
@@ -380,10 +382,10 @@ BEGIN
     FOREACH v_gid IN ARRAY v_gids LOOP
       SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
              array_agg(n.payload_text ORDER BY n.seq), array_agg(n.resource_key ORDER BY n.seq)
-        INTO a_seq, a_id, a_payload, a_key
+        INTO s_seq, s_id, s_payload, s_key
         FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid;
-      IF a_seq IS NOT NULL THEN
-        PERFORM cwstore._check_semantic(v_gid, a_seq, a_id, a_payload, a_key);
+      IF s_seq IS NOT NULL THEN
+        PERFORM cwstore._check_semantic(v_gid, s_seq, s_id, s_payload, s_key);
       END IF;
     END LOOP;
   END IF;
