@@ -42,8 +42,9 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
+import orjson
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -250,10 +251,9 @@ def message_from_payload(serde: SerializerProtocol, payload: Mapping[str, Any]) 
     return decode_value(serde, payload)
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(NamedTuple):
     """A channel value held by one node: its id, its key and its version in the key's
-    chain."""
+    chain. (A named tuple: a read builds one per message.)"""
 
     node_id: str
     key: str
@@ -516,48 +516,51 @@ class Loaded:
 
 
 def load_checkpoints(serde: SerializerProtocol, rows: Sequence[Row]) -> list[Loaded]:
-    """Decode the rows of the ``checkpoints`` query (columns ``seq``, ``part``,
-    ``channel``, ``key``, ``version``, ``id``, ``payload_text``), in their order: per
-    checkpoint, its node (part -1), then its parts."""
+    """Decode the rows of the ``checkpoints`` query (columns ``seq``, ``part``, ``key``,
+    ``version``, ``last``, ``id``, ``payload_text``), in any order: the checkpoints
+    newest first."""
     groups: dict[int, list[Row]] = {}
     for row in rows:
         groups.setdefault(row["seq"], []).append(row)
-    return [_load_checkpoint(serde, group) for group in groups.values()]
+    return [_load_checkpoint(serde, seq, groups[seq]) for seq in sorted(groups, reverse=True)]
 
 
-def _load_checkpoint(serde: SerializerProtocol, rows: Sequence[Row]) -> Loaded:
-    node_id, payload = rows[0]["id"], json.loads(rows[0]["payload_text"])
-    # One parse for every part's payload (about half the time of one parse each).
-    nodes = json.loads("[" + ",".join([row["payload_text"] for row in rows[1:]]) + "]")
-    state = CheckpointState(node_id)
-    values: dict[str, Any] = {}
-    by_id: dict[str, dict[str, Any]] = {}
-    refs: dict[str, Ref] = {}
-    messages: dict[str, MessageList] = {}
-    batches: list[dict[str, Any]] = []
-    for row, node in zip(rows[1:], nodes, strict=True):
-        part, channel, key, version, nid = (
-            row["part"],
-            row["channel"],
-            row["key"],
-            row["version"],
-            row["id"],
-        )
-        if part == 0:
-            by_id[nid] = node
-            refs[nid] = Ref(nid, key, version)
-        elif part == 1:
-            lst = messages.get(channel)
-            if lst is None:
-                lst = messages[channel] = MessageList([], [])
-            lst.messages.append(message_from_payload(serde, node))
-            lst.refs.append(Ref(nid, key, version))
-        else:
-            batches.append(node)
+def _load_checkpoint(serde: SerializerProtocol, seq: int, rows: Sequence[Row]) -> Loaded:
+    """One checkpoint from its rows (see the ``checkpoints`` query): its node's payload
+    names its values and its message segments; every other payload is parsed at once."""
+    (head,) = [row for row in rows if row["part"] == -1]
+    payload = orjson.loads(head["payload_text"])
+    values = [row for row in rows if row["part"] == 0]
+    writes = sorted((row for row in rows if row["part"] == 2), key=lambda row: row["version"])
+    segments = {
+        (row["key"], row["version"], row["last"]): row["payload_text"]
+        for row in rows
+        if row["part"] == 1
+    }
+    texts = [row["payload_text"] for row in values] + [row["payload_text"] for row in writes]
+    for segs in payload["messages"].values():
+        texts += [segments[key, first, last] for key, first, last in segs]
+    # One parse for every payload (a segment's are joined already, each node's id
+    # before it): about half the time of one parse each.
+    nodes = orjson.loads("[" + ",".join(texts) + "]")
+    by_id = {
+        row["id"]: (Ref(row["id"], row["key"], row["version"]), node)
+        for row, node in zip(values, nodes, strict=False)
+    }
+    at = len(values) + len(writes)
+    state = CheckpointState(head["id"])
+    channel_values: dict[str, Any] = {}
     for channel, nid in payload["values"].items():
-        values[channel] = decode_value(serde, by_id[nid])
-        state.values[channel] = refs[nid]
-    for channel, lst in messages.items():
-        values[channel] = list(lst.messages)
-        state.messages[channel] = lst
-    return Loaded(int(rows[0]["seq"]), payload, values, state, batches)
+        ref, node = by_id[nid]
+        channel_values[channel] = decode_value(serde, node)
+        state.values[channel] = ref
+    for channel, segs in payload["messages"].items():
+        lst = state.messages[channel] = MessageList([], [])
+        for key, first, last in segs:
+            members = nodes[at : at + 2 * (last - first + 1)]
+            at += len(members)
+            lst.messages += [message_from_payload(serde, node) for node in members[1::2]]
+            lst.refs += map(Ref, members[0::2], repeat(key), range(first, last + 1))
+        channel_values[channel] = list(lst.messages)
+    batches = nodes[len(values) : len(values) + len(writes)]
+    return Loaded(seq, payload, channel_values, state, batches)

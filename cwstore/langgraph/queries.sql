@@ -4,15 +4,18 @@
 -- erase_graph_v1).
 
 -- name: checkpoints
--- Checkpoints of graph $1 (by name), newest first, each with what it holds: the one whose
--- key is $2 (lg:cp:<id>), or, $2 NULL, those of the checkpoints' kind $3 stored before
+-- Checkpoints of graph $1 (by name), each with what it holds: the one whose key is $2
+-- (lg:cp:<id>), or, $2 NULL, the newest of the checkpoints' kind $3 stored before
 -- sequence $8 (NULL: all) and before checkpoint id $4 (NULL: all) whose metadata
--- contains $5 (jsonb, NULL: any), at most $6 (NULL: all). Rows: checkpoint seq, part, channel, key, version, node id, payload text; per
--- checkpoint, part -1, its own node; part 0, the value nodes its "values" names (with
--- their keys and versions); part 1, the versions of the message chains its "messages"
--- names, in order; part 2, every version of its pending writes' key ($7 || its
--- checkpoint id), oldest first.
-SELECT c.seq, p.part, p.channel, p.key, p.version, p.id, p.payload_text
+-- contains $5 (jsonb, NULL: any), at most $6 (NULL: all). Rows, in no order (the reader
+-- orders a few rows per checkpoint rather than the server sorting every payload):
+-- checkpoint seq, part, key, version, last, node id, payload text. Per checkpoint:
+-- part -1, its own node; part 0, each value node its "values" names, with its key and
+-- version; part 1, each segment of a message chain its "messages" names (key, first
+-- and last version), its nodes as JSON array members, each node's id then its payload,
+-- oldest first; part 2, each version of its pending writes' key ($7 || its checkpoint
+-- id).
+SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
   FROM (SELECT g.graph_id, n.seq, n.id, n.payload_text
           FROM cwstore.find_graph($1) g
           JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = $2::text
@@ -34,10 +37,10 @@ SELECT c.seq, p.part, p.channel, p.key, p.version, p.id, p.payload_text
           LIMIT $6)) c
  CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(c.payload_text) AS head) cp
  CROSS JOIN LATERAL (
-        SELECT -1 AS part, NULL::text AS channel, NULL::text AS key, 0::bigint AS ord,
-               0 AS version, c.id, c.payload_text
+        SELECT -1 AS part, NULL::text AS key, 0 AS version, NULL::int AS last, c.id,
+               c.payload_text
         UNION ALL
-        SELECT 0, NULL, n.resource_key, 0, v.version, n.id, n.payload_text
+        SELECT 0, n.resource_key, v.version, NULL, n.id, n.payload_text
           FROM jsonb_each_text(cp.head -> 'values') e(channel, node_id)
           JOIN LATERAL (SELECT n.seq, n.id, n.resource_key, n.payload_text
                           FROM cwstore.nodes n
@@ -49,25 +52,28 @@ SELECT c.seq, p.part, p.channel, p.key, p.version, p.id, p.payload_text
                            AND v.node_seq = n.seq
                          LIMIT 1) v ON true
         UNION ALL
-        SELECT 1, m.channel, s.seg ->> 0, s.ord, v.version, n.id, n.payload_text
-          FROM jsonb_each(cp.head -> 'messages') m(channel, segs)
-         CROSS JOIN LATERAL jsonb_array_elements(m.segs) WITH ORDINALITY s(seg, ord)
-          JOIN LATERAL (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+        -- One set-returning function over the segments (not one per channel, then one
+        -- per segment): its row estimate keeps the plan's cost, and so JIT, down.
+        SELECT 1, s.seg ->> 0, (s.seg ->> 1)::int, (s.seg ->> 2)::int, NULL,
+               (SELECT string_agg('"' || n.id || '",' || n.payload_text, ','
+                                  ORDER BY v.node_seq)
+                  FROM (SELECT v.node_seq FROM cwstore.key_versions v
                          WHERE v.graph_id = c.graph_id AND v.key = s.seg ->> 0
                            AND v.version BETWEEN (s.seg ->> 1)::int AND (s.seg ->> 2)::int
-                         LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) v ON true
-          JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
-                         WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
-                         LIMIT 1) n ON true
+                         ORDER BY v.node_seq
+                         LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) v
+                  JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
+                                 WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
+                                 LIMIT 1) n ON true)
+          FROM jsonb_array_elements(jsonb_path_query_array(cp.head, '$.messages.*[*]')) s(seg)
         UNION ALL
-        SELECT 2, NULL, NULL, 0, v.version, n.id, n.payload_text
+        SELECT 2, NULL, v.version, NULL, n.id, n.payload_text
           FROM cwstore.key_versions v
           JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
                          WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
                          LIMIT 1) n ON true
          WHERE v.graph_id = c.graph_id
            AND v.key = $7::text || (cp.head ->> 'checkpoint_id')) p
- ORDER BY c.seq DESC, p.part, p.channel, p.ord, p.version
 
 -- name: heads
 -- The heads (node id, version) of keys $2 in graph $1 (by name); a key with no row has
