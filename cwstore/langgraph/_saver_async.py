@@ -56,6 +56,11 @@ from ._memo import Memo
 __all__ = ["AsyncCwstoreSaver"]
 
 _Q = _sql.queries(resources.files("cwstore.langgraph"))
+_ROWS = {
+    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
+    for name in ("checkpoint", "checkpoints")
+}
+"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
 _RETRIES = 8
 _LIST_PAGE = 16
 """Checkpoints read by one query of a listing."""
@@ -156,10 +161,14 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         newest first, stored before sequence ``below``, before the checkpoint id
         ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
         query, values and messages included."""
-        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
-        rows = await conn.fetch(
-            _q("checkpoints"), graph, key, CP_KIND, before, wanted, limit, writes_key(""), below
-        )
+        if checkpoint_id is not None:
+            rows = await conn.fetch(
+                _ROWS["checkpoint"], graph, checkpoint_key(checkpoint_id), writes_key("")
+            )
+        else:
+            rows = await conn.fetch(
+                _ROWS["checkpoints"], graph, CP_KIND, writes_key(""), below, before, wanted, limit
+            )
         return load_checkpoints(self.serde, rows)
 
     async def _load(

@@ -59,6 +59,11 @@ from ._memo import Memo
 __all__ = ["CwstoreSaver"]
 
 _Q = _sql.queries(resources.files("cwstore.langgraph"))
+_ROWS = {
+    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
+    for name in ("checkpoint", "checkpoints")
+}
+"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
 _RETRIES = 8
 _LIST_PAGE = 16
 """Checkpoints read by one query of a listing."""
@@ -159,10 +164,14 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         newest first, stored before sequence ``below``, before the checkpoint id
         ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
         query, values and messages included."""
-        key = None if checkpoint_id is None else checkpoint_key(checkpoint_id)
-        rows = conn.fetch(
-            _q("checkpoints"), graph, key, CP_KIND, before, wanted, limit, writes_key(""), below
-        )
+        if checkpoint_id is not None:
+            rows = conn.fetch(
+                _ROWS["checkpoint"], graph, checkpoint_key(checkpoint_id), writes_key("")
+            )
+        else:
+            rows = conn.fetch(
+                _ROWS["checkpoints"], graph, CP_KIND, writes_key(""), below, before, wanted, limit
+            )
         return load_checkpoints(self.serde, rows)
 
     def _load(self, conn: Connection, graph: str, checkpoint_id: str | None) -> Loaded | None:

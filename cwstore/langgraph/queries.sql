@@ -3,38 +3,20 @@
 -- functions (docs/sql.md); every write goes through the public store (append_v1,
 -- erase_graph_v1).
 
--- name: checkpoints
--- Checkpoints of graph $1 (by name), each with what it holds: the one whose key is $2
--- (lg:cp:<id>), or, $2 NULL, the newest of the checkpoints' kind $3 stored before
--- sequence $8 (NULL: all) and before checkpoint id $4 (NULL: all) whose metadata
--- contains $5 (jsonb, NULL: any), at most $6 (NULL: all). Rows, in no order (the reader
+-- name: checkpoint_rows
+-- What each checkpoint holds, the checkpoints being the rows (graph_id, seq, id,
+-- payload_text of their nodes) of the query "checkpoint" or "checkpoints", whose text
+-- the reader puts in place of the placeholder below; $3 the prefix of pending writes'
+-- keys. Rows, in no order (the reader
 -- orders a few rows per checkpoint rather than the server sorting every payload):
 -- checkpoint seq, part, key, version, last, node id, payload text. Per checkpoint:
 -- part -1, its own node; part 0, each value node its "values" names, with its key and
 -- version; part 1, each segment of a message chain its "messages" names (key, first
 -- and last version), its nodes as JSON array members, each node's id then its payload,
--- oldest first; part 2, each version of its pending writes' key ($7 || its checkpoint
+-- oldest first; part 2, each version of its pending writes' key ($3 || its checkpoint
 -- id).
 SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
-  FROM (SELECT g.graph_id, n.seq, n.id, n.payload_text
-          FROM cwstore.find_graph($1) g
-          JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = $2::text
-          JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.head_seq
-         WHERE $2::text IS NOT NULL
-        UNION ALL
-        (SELECT g.graph_id, n.seq, n.id, n.payload_text
-           FROM cwstore.find_graph($1) g
-           JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $3::text
-           JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
-          WHERE $2::text IS NULL
-            AND ($8::bigint IS NULL OR k.seq < $8::bigint)
-            AND ($4::text IS NULL
-                 OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C"
-                    < $4::text)
-            AND ($5::jsonb IS NULL
-                 OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $5::jsonb)
-          ORDER BY k.seq DESC
-          LIMIT $6)) c
+  FROM ({checkpoints}) c
  CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(c.payload_text) AS head) cp
  CROSS JOIN LATERAL (
         SELECT -1 AS part, NULL::text AS key, 0 AS version, NULL::int AS last, c.id,
@@ -73,7 +55,32 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                          WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
                          LIMIT 1) n ON true
          WHERE v.graph_id = c.graph_id
-           AND v.key = $7::text || (cp.head ->> 'checkpoint_id')) p
+           AND v.key = $3::text || (cp.head ->> 'checkpoint_id')) p
+
+-- name: checkpoint
+-- The checkpoint of graph $1 (by name) whose key is $2 (lg:cp:<id>), for
+-- checkpoint_rows. A query of its own, not a branch of "checkpoints": a plan for both
+-- costs more than one for either, so PostgreSQL would plan every call anew.
+SELECT g.graph_id, n.seq, n.id, n.payload_text
+  FROM cwstore.find_graph($1) g
+  JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = $2::text
+  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.head_seq
+
+-- name: checkpoints
+-- The newest checkpoints (nodes of kind $2) of graph $1 (by name) stored before
+-- sequence $4 (NULL: all) and before checkpoint id $5 (NULL: all) whose metadata
+-- contains $6 (jsonb, NULL: any), at most $7 (NULL: all), for checkpoint_rows.
+SELECT g.graph_id, n.seq, n.id, n.payload_text
+  FROM cwstore.find_graph($1) g
+  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
+  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+ WHERE ($4::bigint IS NULL OR k.seq < $4::bigint)
+   AND ($5::text IS NULL
+        OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $5::text)
+   AND ($6::jsonb IS NULL
+        OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $6::jsonb)
+ ORDER BY k.seq DESC
+ LIMIT $7
 
 -- name: heads
 -- The heads (node id, version) of keys $2 in graph $1 (by name); a key with no row has
