@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import json
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 import pytest
 from support import EXAMPLE_FILE
+from support.walks import depths
 
 # The runtime's own example document, copied into the repository byte for byte.
 EXAMPLE = EXAMPLE_FILE
@@ -226,21 +227,7 @@ def jsonb_view(value: Any) -> Any:
 
 def bfs(graph: Graph, start: str, up: bool) -> dict[str, int]:
     """Minimal depth of every ancestor (up) or descendant of start."""
-    children: dict[str, list[str]] = {}
-    for node in graph.nodes:
-        for p in node.parents:
-            children.setdefault(p, []).append(node.id)
-    depth = {start: 0}
-    queue = deque([start])
-    while queue:
-        cur = queue.popleft()
-        nxt = graph.by_id[cur].parents if up else children.get(cur, [])
-        for other in nxt:
-            if other not in depth:
-                depth[other] = depth[cur] + 1
-                queue.append(other)
-    del depth[start]
-    return depth
+    return depths({node.id: node.parents for node in graph.nodes}, start, up)
 
 
 def seq_at_time(graph: Graph, t: datetime) -> int:

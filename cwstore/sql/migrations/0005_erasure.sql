@@ -25,6 +25,8 @@
 --   * Linear where they were quadratic: ancestors/descendants (_walk no longer hands
 --     every node reached to each level's query), a node's parents checked in order
 --     (lag() instead of reading a text[] element by index, from the array's start).
+--     ancestors/descendants read the walk before they join the nodes (_walk_nodes): on
+--     Citus one statement doing both ran the walk on the worker, which refused it.
 --   * A graph name is at most max_graph_name_bytes() (2000) bytes wherever a graph is
 --     created, as the clients already required; messages quote 200 characters of it.
 --   * A payload is at most max_payload_bytes() (4 MiB) of JSON text (too_large), as the
@@ -1469,6 +1471,57 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore._walk(bigint, bigint, boolean, integer, bigint, bigint) IS
   'Private: breadth-first walk over edges from one node (up = to parents), minimal depth and predecessor per node reached.';
+
+CREATE FUNCTION cwstore._walk_nodes(p_graph_id bigint, p_start bigint, p_up boolean,
+                                    p_max_depth integer, p_bound bigint)
+RETURNS TABLE (seq bigint, id text, kind text, depth integer)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_seqs bigint[];
+  v_depths integer[];
+BEGIN
+  SELECT coalesce(array_agg(w.seq ORDER BY w.depth, w.seq), '{}'),
+         coalesce(array_agg(w.depth ORDER BY w.depth, w.seq), '{}')
+    INTO v_seqs, v_depths
+    FROM cwstore._walk(p_graph_id, p_start, p_up, p_max_depth, p_bound, NULL) w;
+  RETURN QUERY
+  SELECT u.seq, n.id, n.kind, u.depth
+    FROM unnest(v_seqs, v_depths) WITH ORDINALITY AS u(seq, depth, ord)
+    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.seq = u.seq
+   ORDER BY u.ord;
+END $$;
+COMMENT ON FUNCTION cwstore._walk_nodes(bigint, bigint, boolean, integer, bigint) IS
+  'Private: the nodes of a _walk (seq, id, kind, depth), ordered by depth, seq.';
+
+CREATE OR REPLACE FUNCTION cwstore.ancestors(p_graph text, p_node_id text, p_max_depth integer DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, kind text, depth integer)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint := cwstore._node_seq(g.graph_id, p_graph, p_node_id);
+BEGIN
+  IF p_max_depth < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('max_depth is >= 0 or NULL, got %s', p_max_depth);
+  END IF;
+  RETURN QUERY
+  SELECT * FROM cwstore._walk_nodes(g.graph_id, v_seq, true, p_max_depth, 1);
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.descendants(p_graph text, p_node_id text, p_max_depth integer DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, kind text, depth integer)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint := cwstore._node_seq(g.graph_id, p_graph, p_node_id);
+BEGIN
+  IF p_max_depth < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('max_depth is >= 0 or NULL, got %s', p_max_depth);
+  END IF;
+  RETURN QUERY
+  SELECT * FROM cwstore._walk_nodes(g.graph_id, v_seq, false, p_max_depth, g.length);
+END $$;
 
 -- 80_listeners
 

@@ -245,6 +245,33 @@ END $$;
 COMMENT ON FUNCTION cwstore._walk(bigint, bigint, boolean, integer, bigint, bigint) IS
   'Private: breadth-first walk over edges from one node (up = to parents), minimal depth and predecessor per node reached.';
 
+-- _walk_nodes(graph_id, start, up, max_depth, bound) -> (seq, id, kind, depth)
+--   The nodes _walk reaches (no target), with their id and kind, ordered by depth, then
+--   seq. The walk is read into arrays by a statement of its own before the nodes are
+--   joined: a statement that both calls _walk and reads nodes would, on Citus, run
+--   _walk on the graph's worker, where its own queries of the distributed edges are
+--   refused (a distributed query inside one already on a shard).
+CREATE FUNCTION cwstore._walk_nodes(p_graph_id bigint, p_start bigint, p_up boolean,
+                                    p_max_depth integer, p_bound bigint)
+RETURNS TABLE (seq bigint, id text, kind text, depth integer)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_seqs bigint[];
+  v_depths integer[];
+BEGIN
+  SELECT coalesce(array_agg(w.seq ORDER BY w.depth, w.seq), '{}'),
+         coalesce(array_agg(w.depth ORDER BY w.depth, w.seq), '{}')
+    INTO v_seqs, v_depths
+    FROM cwstore._walk(p_graph_id, p_start, p_up, p_max_depth, p_bound, NULL) w;
+  RETURN QUERY
+  SELECT u.seq, n.id, n.kind, u.depth
+    FROM unnest(v_seqs, v_depths) WITH ORDINALITY AS u(seq, depth, ord)
+    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.seq = u.seq
+   ORDER BY u.ord;
+END $$;
+COMMENT ON FUNCTION cwstore._walk_nodes(bigint, bigint, boolean, integer, bigint) IS
+  'Private: the nodes of a _walk (seq, id, kind, depth), ordered by depth, seq.';
+
 -- ---------------------------------------------------------------------------------
 -- public read functions
 -- ---------------------------------------------------------------------------------
@@ -368,10 +395,7 @@ BEGIN
       MESSAGE = format('max_depth is >= 0 or NULL, got %s', p_max_depth);
   END IF;
   RETURN QUERY
-  SELECT w.seq, n.id, n.kind, w.depth
-    FROM cwstore._walk(g.graph_id, v_seq, true, p_max_depth, 1, NULL) w
-    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = w.seq
-   ORDER BY w.depth, w.seq;
+  SELECT * FROM cwstore._walk_nodes(g.graph_id, v_seq, true, p_max_depth, 1);
 END $$;
 COMMENT ON FUNCTION cwstore.ancestors(text, text, integer) IS
   'Ancestors of a node (transitive parents), each with its minimal depth (1 = parent), up to max_depth (NULL = all). Ordered by depth, seq.';
@@ -395,10 +419,7 @@ BEGIN
       MESSAGE = format('max_depth is >= 0 or NULL, got %s', p_max_depth);
   END IF;
   RETURN QUERY
-  SELECT w.seq, n.id, n.kind, w.depth
-    FROM cwstore._walk(g.graph_id, v_seq, false, p_max_depth, g.length, NULL) w
-    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = w.seq
-   ORDER BY w.depth, w.seq;
+  SELECT * FROM cwstore._walk_nodes(g.graph_id, v_seq, false, p_max_depth, g.length);
 END $$;
 COMMENT ON FUNCTION cwstore.descendants(text, text, integer) IS
   'Descendants of a node (transitive children), each with its minimal depth (1 = child), up to max_depth (NULL = all). Ordered by depth, seq.';
