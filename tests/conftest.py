@@ -13,9 +13,10 @@ With ``CI=true`` a missing server fails the run instead of skipping.
 
 Citus: with ``CWSTORE_TEST_CITUS_DSN`` (the coordinator DSN of a database with the citus
 extension and its workers added, e.g. what ``ci/citus/cluster.sh createdb NAME`` prints),
-the modules of ``tests/contract`` and ``tests/citus`` get a database of their own on the
-cluster instead: created on every node, citus in it, the workers added, migrated and
-distributed (``cwstore init --citus``), dropped on every node after the module.
+the modules of ``tests/contract``, ``tests/citus`` and ``tests/langgraph_saver`` get a
+database of their own on the cluster instead: created on every node, citus in it, the
+workers added, migrated and distributed (``cwstore init --citus``), dropped on every node
+after the module.
 
 Databases: a template ``cwstore_tpl_<random>`` is created and migrated once per session;
 ``db_dsn`` clones it per test module (``CREATE DATABASE t_<uuid> TEMPLATE ...``) and
@@ -170,7 +171,7 @@ def template_db(pg_admin_dsn: str) -> Iterator[str]:
         _drop_database(pg_admin_dsn, name)
 
 
-_CITUS_DIRS: tuple[str, ...] = ("contract", "citus")
+_CITUS_DIRS: tuple[str, ...] = ("contract", "citus", "langgraph_saver")
 
 
 def _citus_nodes(coordinator_dsn: str) -> list[str]:

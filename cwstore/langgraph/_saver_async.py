@@ -75,6 +75,13 @@ def _q(name: str) -> LiteralString:
     return _Q[name]
 
 
+async def _graph_id(conn: AsyncConnection, graph: str) -> int | None:
+    """The key of the graph named ``graph`` (``None``: no such graph), which every other
+    query of the graph is given: on Citus that keeps each on the graph's worker."""
+    rows = await conn.fetch(_q("graph"), graph)
+    return int(rows[0]["graph_id"]) if rows else None
+
+
 def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
     conf = config["configurable"]
     return str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), get_checkpoint_id(config)
@@ -160,14 +167,24 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         """The checkpoint ``checkpoint_id`` names, or (``None``) the graph's checkpoints
         newest first, stored before sequence ``below``, before the checkpoint id
         ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
-        query, values and messages included."""
+        query (after the one that finds the graph), values and messages included."""
+        graph_id = await _graph_id(conn, graph)
+        if graph_id is None:
+            return []
         if checkpoint_id is not None:
             rows = await conn.fetch(
-                _ROWS["checkpoint"], graph, checkpoint_key(checkpoint_id), writes_key("")
+                _ROWS["checkpoint"], graph_id, checkpoint_key(checkpoint_id), writes_key("")
             )
         else:
             rows = await conn.fetch(
-                _ROWS["checkpoints"], graph, CP_KIND, writes_key(""), below, before, wanted, limit
+                _ROWS["checkpoints"],
+                graph_id,
+                CP_KIND,
+                writes_key(""),
+                below,
+                before,
+                wanted,
+                limit,
             )
         return load_checkpoints(self.serde, rows)
 
@@ -233,8 +250,10 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
         async with self.store._connection() as conn:
-            for r in await conn.fetch(_q("heads"), graph, list(keys)):
-                found[r["key"]] = (r["head_id"], int(r["version"]))
+            graph_id = await _graph_id(conn, graph)
+            if graph_id is not None:
+                for r in await conn.fetch(_q("heads"), graph_id, list(keys)):
+                    found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
     async def aput(

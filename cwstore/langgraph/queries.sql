@@ -4,10 +4,11 @@
 -- erase_graph_v1).
 
 -- name: checkpoint_rows
--- What each checkpoint holds, the checkpoints being the rows (graph_id, seq, id,
--- payload_text of their nodes) of the query "checkpoint" or "checkpoints", whose text
--- the reader puts in place of the placeholder below; $3 the prefix of pending writes'
--- keys. Rows, in no order (the reader
+-- What each checkpoint of graph $1 (graph_id) holds, the checkpoints being the rows
+-- (seq, id, payload_text of their nodes) of the query "checkpoint" or "checkpoints",
+-- whose text the reader puts in place of the placeholder below; $3 the prefix of
+-- pending writes' keys. Every table is read by the graph's key, $1 (so on Citus the
+-- statement runs on the graph's one worker). Rows, in no order (the reader
 -- orders a few rows per checkpoint rather than the server sorting every payload):
 -- checkpoint seq, part, key, version, last, node id, payload text. Per checkpoint:
 -- part -1, its own node; part 0, each value node its "values" names, with its key and
@@ -26,10 +27,10 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
           FROM jsonb_each_text(cp.head -> 'values') e(channel, node_id)
           JOIN LATERAL (SELECT n.seq, n.id, n.resource_key, n.payload_text
                           FROM cwstore.nodes n
-                         WHERE n.graph_id = c.graph_id AND n.id = e.node_id
+                         WHERE n.graph_id = $1::bigint AND n.id = e.node_id
                          LIMIT 1) n ON true
           JOIN LATERAL (SELECT v.version FROM cwstore.key_versions v
-                         WHERE v.graph_id = c.graph_id
+                         WHERE v.graph_id = $1::bigint
                            AND v.key = n.resource_key COLLATE "default"
                            AND v.node_seq = n.seq
                          LIMIT 1) v ON true
@@ -40,41 +41,41 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                (SELECT string_agg('"' || n.id || '",' || n.payload_text, ','
                                   ORDER BY v.node_seq)
                   FROM (SELECT v.node_seq FROM cwstore.key_versions v
-                         WHERE v.graph_id = c.graph_id AND v.key = s.seg ->> 0
+                         WHERE v.graph_id = $1::bigint AND v.key = s.seg ->> 0
                            AND v.version BETWEEN (s.seg ->> 1)::int AND (s.seg ->> 2)::int
                          ORDER BY v.node_seq
                          LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) v
                   JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
-                                 WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
+                                 WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
                                  LIMIT 1) n ON true)
           FROM jsonb_array_elements(jsonb_path_query_array(cp.head, '$.messages.*[*]')) s(seg)
         UNION ALL
         SELECT 2, NULL, v.version, NULL, n.id, n.payload_text
           FROM cwstore.key_versions v
           JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
-                         WHERE n.graph_id = c.graph_id AND n.seq = v.node_seq
+                         WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
                          LIMIT 1) n ON true
-         WHERE v.graph_id = c.graph_id
+         WHERE v.graph_id = $1::bigint
            AND v.key = $3::text || (cp.head ->> 'checkpoint_id')) p
 
 -- name: checkpoint
--- The checkpoint of graph $1 (by name) whose key is $2 (lg:cp:<id>), for
+-- The checkpoint of graph $1 (graph_id) whose key is $2 (lg:cp:<id>), for
 -- checkpoint_rows. A query of its own, not a branch of "checkpoints": a plan for both
 -- costs more than one for either, so PostgreSQL would plan every call anew.
-SELECT g.graph_id, n.seq, n.id, n.payload_text
-  FROM cwstore.find_graph($1) g
-  JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = $2::text
-  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.head_seq
+SELECT n.seq, n.id, n.payload_text
+  FROM cwstore.key_heads h
+  JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = h.head_seq
+ WHERE h.graph_id = $1::bigint AND h.key = $2::text
 
 -- name: checkpoints
--- The newest checkpoints (nodes of kind $2) of graph $1 (by name) stored before
+-- The newest checkpoints (nodes of kind $2) of graph $1 (graph_id) stored before
 -- sequence $4 (NULL: all) and before checkpoint id $5 (NULL: all) whose metadata
 -- contains $6 (jsonb, NULL: any), at most $7 (NULL: all), for checkpoint_rows.
-SELECT g.graph_id, n.seq, n.id, n.payload_text
-  FROM cwstore.find_graph($1) g
-  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
-  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
- WHERE ($4::bigint IS NULL OR k.seq < $4::bigint)
+SELECT n.seq, n.id, n.payload_text
+  FROM cwstore.kind_counts k
+  JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = k.seq
+ WHERE k.graph_id = $1::bigint AND k.kind = $2::text
+   AND ($4::bigint IS NULL OR k.seq < $4::bigint)
    AND ($5::text IS NULL
         OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $5::text)
    AND ($6::jsonb IS NULL
@@ -82,12 +83,17 @@ SELECT g.graph_id, n.seq, n.id, n.payload_text
  ORDER BY k.seq DESC
  LIMIT $7
 
+-- name: graph
+-- The graph_id of the graph named $1, no row when there is none (or none the caller may
+-- see): the key every other query of a graph is given.
+SELECT graph_id FROM cwstore.find_graph($1)
+
 -- name: heads
--- The heads (node id, version) of keys $2 in graph $1 (by name); a key with no row has
+-- The heads (node id, version) of keys $2 in graph $1 (graph_id); a key with no row has
 -- no version yet.
 SELECT h.key, h.head_id, h.version
-  FROM cwstore.find_graph($1) g
-  JOIN cwstore.key_heads h ON h.graph_id = g.graph_id AND h.key = ANY($2::text[])
+  FROM cwstore.key_heads h
+ WHERE h.graph_id = $1::bigint AND h.key = ANY($2::text[])
 
 -- name: thread_graphs
 -- The graphs of a LangGraph thread: the root namespace's, named $1, and its
