@@ -179,15 +179,15 @@ class _CW:
         self._store.close()
 
 
-_SAVERS: dict[str, tuple[type[Any], str]] = {
+SAVERS: dict[str, tuple[type[Any], str]] = {
     "langgraph_postgres": (_PG, "n.nspname = 'public'"),
     "cwstore": (_CW, "n.nspname = 'cwstore'"),
 }
 
 
-def _run_apart(name: str, args: argparse.Namespace) -> dict[str, float]:
+def run_apart(name: str, args: argparse.Namespace) -> dict[str, float]:
     """:func:`_run` of one saver in a new interpreter."""
-    make, tables = _SAVERS[name]
+    make, tables = SAVERS[name]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_run, (args.dsn, name[:2], make, tables, args))
 
@@ -203,7 +203,7 @@ def main() -> None:
     keys = ("bytes", "put_p50_ms", "read_p50_ms")
     rounds = []
     for _ in range(args.rounds):
-        one = {name: _run_apart(name, args) for name in _SAVERS}
+        one = {name: run_apart(name, args) for name in SAVERS}
         one["ratio_cwstore_over_langgraph"] = {
             k: one["cwstore"][k] / one["langgraph_postgres"][k] for k in keys
         }

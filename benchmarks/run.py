@@ -781,6 +781,37 @@ async def bench_replay(dsn: str, store: cwstore.AsyncStore, n: int) -> list[Row]
 # --- row 5: versus LangGraph ------------------------------------------------------------------
 
 
+def bench_savers(admin: str, sizes: Sizes) -> list[Row]:
+    """Issue 25's rows: the checkpointers side by side, cwstore.langgraph's beside
+    LangGraph's PostgreSQL saver, on langgraph_saver.py's session (one round, each saver
+    in an interpreter of its own)."""
+    steps = sizes.agent_steps
+    title = f"5 Savers, {steps}-step thread"
+    if LANGGRAPH_MISSING is not None:
+        return [Row(title, NOT_INSTALLED, NOT_INSTALLED)]
+    import langgraph_saver
+
+    args = argparse.Namespace(dsn=admin, steps=steps, reads=200, seed=25)
+    cw, lg = (langgraph_saver.run_apart(name, args) for name in ("cwstore", "langgraph_postgres"))
+
+    def row(what: str, key: str, target: float, text: Callable[[float], str]) -> Row:
+        r = cw[key] / lg[key]
+        return Row(
+            f"{title}: {what}",
+            text(cw[key]),
+            text(lg[key]),
+            f"{r:.3f}x",
+            f"≤ {target:.2f}x",
+            r <= target,
+        )
+
+    return [
+        row("bytes", "bytes", 0.10, lambda v: mb(int(v))),
+        row("put p50", "put_p50_ms", 0.50, lambda v: f"{v:.2f} ms"),
+        row("past checkpoint read p50", "read_p50_ms", 0.50, lambda v: f"{v:.2f} ms"),
+    ]
+
+
 async def bench_langgraph(dsn: str, sizes: Sizes) -> list[Row]:
     steps = sizes.agent_steps
     title = f"5 vs LangGraph, {steps}-step agent session"
@@ -833,9 +864,9 @@ async def bench_langgraph(dsn: str, sizes: Sizes) -> list[Row]:
     configs: list[dict[str, Any]] = []
     try:
         for (nodes, frontier, before), lc in zip(batches, lc_steps, strict=True):
-            start = time.perf_counter()
+            t0 = time.perf_counter()
             await store.append(graph, nodes, expected_length=before, frontier=frontier)
-            cw_write.append(time.perf_counter() - start)
+            cw_write.append(time.perf_counter() - t0)
             lengths.append(before + len(nodes))
             seconds, config = await lg.put_step(lc)
             lg_write.append(seconds)
@@ -845,9 +876,9 @@ async def bench_langgraph(dsn: str, sizes: Sizes) -> list[Row]:
         cw_read: list[float] = []
         lg_read: list[float] = []
         for i in points:
-            start = time.perf_counter()
+            t0 = time.perf_counter()
             state = await store.replay(graph, as_of=lengths[i])
-            cw_read.append(time.perf_counter() - start)
+            cw_read.append(time.perf_counter() - t0)
             seconds, messages = await lg.read(configs[i])
             lg_read.append(seconds)
             if len(state.nodes) != messages:  # the system message is node 1 too
@@ -1106,6 +1137,11 @@ async def run(
             rows += await bench_langgraph(agent_dsn, sizes)
         except Exception as exc:
             rows += error_rows("5 vs LangGraph", exc)
+        log("5 LangGraph savers")
+        try:
+            rows += await asyncio.to_thread(bench_savers, admin, sizes)
+        except Exception as exc:
+            rows += error_rows("5 Savers", exc)
         peer_rows, _ = await peers_section(admin, server, sizes, log, facts)
         rows += peer_rows
     finally:
