@@ -662,23 +662,29 @@ async def bench_projection(
             await store.project(graphs[largest][0], as_of=s)
             fresh.append(time.perf_counter() - start)
         await conn.execute("ANALYZE")
-        for n, (graph, graph_id) in graphs.items():
-            points = spread(rng, n, sizes.samples)
-            await store.project(graph, as_of=points[0])  # warm up
-            project_t, fold_t = [], []
-            for s in points:
+        points = {n: spread(rng, n, sizes.samples) for n in graphs}
+        for n, (graph, _) in graphs.items():
+            await store.project(graph, as_of=points[n][0])  # warm up
+        project_t: dict[int, list[float]] = {n: [] for n in graphs}
+        fold_t: dict[int, list[float]] = {n: [] for n in graphs}
+        # The sizes take turns, point by point, so the machine's changes of speed fall
+        # on all of them alike (the growth row is a ratio between sizes).
+        for i in range(sizes.samples):
+            for n, (graph, graph_id) in graphs.items():
+                s = points[n][i]
                 calls = []
                 for _ in range(3):  # cheap and noisy: the median of three calls
                     start = time.perf_counter()
                     p = await store.project(graph, as_of=s)
                     calls.append(time.perf_counter() - start)
-                project_t.append(statistics.median(calls))
+                project_t[n].append(statistics.median(calls))
                 start = time.perf_counter()
                 fold = await python_fold(conn, graph_id, s)
-                fold_t.append(time.perf_counter() - start)
+                fold_t[n].append(time.perf_counter() - start)
                 if not same_projection(p, fold):
                     mismatch.append(s)
-            medians[n] = (statistics.median(project_t), statistics.median(fold_t))
+        for n in graphs:
+            medians[n] = (statistics.median(project_t[n]), statistics.median(fold_t[n]))
             pm, fm = medians[n]
             rows.append(
                 Row(
