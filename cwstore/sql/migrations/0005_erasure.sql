@@ -27,6 +27,8 @@
 --     (lag() instead of reading a text[] element by index, from the array's start).
 --     ancestors/descendants read the walk before they join the nodes (_walk_nodes): on
 --     Citus one statement doing both ran the walk on the worker, which refused it.
+--   * _heads_at tests a closed version's range as int8range containment: PostgreSQL 18
+--     ANDed its GiST scan with a btree scan of the graph's versions (2 ms at 50k).
 --   * A graph name is at most max_graph_name_bytes() (2000) bytes wherever a graph is
 --     created, as the clients already required; messages quote 200 characters of it.
 --   * A payload is at most max_payload_bytes() (4 MiB) of JSON text (too_large), as the
@@ -1377,6 +1379,40 @@ BEGIN
 END $$;
 
 -- 70_read_api
+
+CREATE OR REPLACE FUNCTION cwstore._heads_at(p_graph_id bigint, p_seq bigint,
+                                             p_semantic_only boolean)
+RETURNS TABLE (key text, version integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 100 AS $$
+BEGIN
+  IF p_seq IS NULL THEN
+    RETURN QUERY
+    SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+     WHERE h.graph_id = p_graph_id
+       AND (NOT p_semantic_only OR starts_with(h.key, 'semantic:'))
+     ORDER BY h.key COLLATE "C";
+  ELSE
+    -- As in _frontier_at: the box test is the index condition, the integer test after
+    -- it is exact whatever float8 rounding the boxes carry, and the graph is named for
+    -- Citus. The integer test is a range containment, which no btree index serves: as
+    -- "node_seq <= s", PostgreSQL 18 (skip scan) ANDed the box scan with a scan of
+    -- key_versions_seq_idx over the graph's versions up to s (2 ms at s = 50k).
+    RETURN QUERY
+    SELECT x.key, x.version, x.seq
+      FROM (SELECT v.key, v.version, v.node_seq AS seq FROM cwstore.key_versions v
+             WHERE v.graph_id = p_graph_id
+               AND cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
+                   @> cwstore.at_box(p_graph_id, p_seq)
+               AND v.to_seq <> cwstore.infinity_seq()
+               AND int8range(v.node_seq, v.to_seq) @> p_seq
+            UNION ALL
+            SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
+             WHERE h.graph_id = p_graph_id AND h.head_seq <= p_seq) x
+     WHERE NOT p_semantic_only OR starts_with(x.key, 'semantic:')
+     ORDER BY x.key COLLATE "C";
+  END IF;
+END $$;
+
 
 CREATE OR REPLACE FUNCTION cwstore._graph(p_graph text, OUT graph_id bigint, OUT length bigint)
 LANGUAGE plpgsql STABLE AS $$

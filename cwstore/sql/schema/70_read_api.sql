@@ -153,9 +153,11 @@ BEGIN
        AND (NOT p_semantic_only OR starts_with(h.key, 'semantic:'))
      ORDER BY h.key COLLATE "C";
   ELSE
-    -- As in _frontier_at: the box test is the index condition, the integer tests after
-    -- it are exact whatever float8 rounding the boxes carry, and the graph is named for
-    -- Citus.
+    -- As in _frontier_at: the box test is the index condition, the integer test after
+    -- it is exact whatever float8 rounding the boxes carry, and the graph is named for
+    -- Citus. The integer test is a range containment, which no btree index serves: as
+    -- "node_seq <= s", PostgreSQL 18 (skip scan) ANDed the box scan with a scan of
+    -- key_versions_seq_idx over the graph's versions up to s (2 ms at s = 50k).
     RETURN QUERY
     SELECT x.key, x.version, x.seq
       FROM (SELECT v.key, v.version, v.node_seq AS seq FROM cwstore.key_versions v
@@ -163,7 +165,7 @@ BEGIN
                AND cwstore.span_band(v.graph_id, v.node_seq, v.to_seq)
                    @> cwstore.at_box(p_graph_id, p_seq)
                AND v.to_seq <> cwstore.infinity_seq()
-               AND v.node_seq <= p_seq AND p_seq < v.to_seq
+               AND int8range(v.node_seq, v.to_seq) @> p_seq
             UNION ALL
             SELECT h.key, h.version, h.head_seq FROM cwstore.key_heads h
              WHERE h.graph_id = p_graph_id AND h.head_seq <= p_seq) x
