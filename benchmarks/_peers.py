@@ -51,12 +51,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 
 import cwstore
 from cwstore import compute_id
+from cwstore.conninfo import parse_conninfo
 from cwstore.jsontext import dumps
 
 try:
@@ -271,13 +271,15 @@ class EventsourcingSystem:
     always_versioned = True  # every insert names its version: there is no other append
 
     def __init__(self, dsn: str, threads: int) -> None:
-        parts = urlsplit(dsn)
+        # parse_conninfo reads a host given as a query parameter too (the embedded
+        # server's socket directory), which urlsplit's hostname does not.
+        parts = parse_conninfo(dsn)
         self.datastore = PostgresDatastore(
-            dbname=parts.path.lstrip("/"),
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 5432,
-            user=parts.username or "postgres",
-            password=parts.password or "",
+            dbname=parts.get("dbname", "postgres"),
+            host=parts.get("host", "127.0.0.1"),
+            port=parts.get("port", "5432"),
+            user=parts.get("user", "postgres"),
+            password=parts.get("password", ""),
             pool_size=threads,
         )
         self.recorder = PostgresApplicationRecorder(self.datastore)
@@ -624,6 +626,10 @@ async def open_system(name: str, dsn: str) -> System:
         try:
             await conn.execute("SET client_min_messages = warning")
             for f in MESSAGE_DB_FILES:
+                # message-db takes gen_random_uuid() from pgcrypto; PostgreSQL has it
+                # built in since 13, and the embedded server ships no pgcrypto.
+                if f == "extensions/pgcrypto.sql" and conn.get_server_version().major >= 13:
+                    continue
                 await conn.execute("SET search_path = message_store, public")
                 await conn.execute((MESSAGE_DB / f).read_text())
         finally:
