@@ -156,7 +156,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _checkpoints(
         self,
         conn: AsyncConnection,
-        graph: str,
+        graph_id: int,
         checkpoint_id: str | None,
         *,
         before: str | None = None,
@@ -164,13 +164,11 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
         below: int | None = None,
     ) -> _LoadedList:
-        """The checkpoint ``checkpoint_id`` names, or (``None``) the graph's checkpoints
+        """The checkpoint ``checkpoint_id`` names in the graph ``graph_id`` (see
+        :func:`_graph_id`), or (``None``) the graph's checkpoints
         newest first, stored before sequence ``below``, before the checkpoint id
         ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
-        query (after the one that finds the graph), values and messages included."""
-        graph_id = await _graph_id(conn, graph)
-        if graph_id is None:
-            return []
+        query, values and messages included."""
         if checkpoint_id is not None:
             rows = await conn.fetch(
                 _ROWS["checkpoint"], graph_id, checkpoint_key(checkpoint_id), writes_key("")
@@ -191,7 +189,10 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _load(
         self, conn: AsyncConnection, graph: str, checkpoint_id: str | None
     ) -> Loaded | None:
-        found = await self._checkpoints(conn, graph, checkpoint_id, limit=1)
+        graph_id = await _graph_id(conn, graph)
+        if graph_id is None:
+            return None
+        found = await self._checkpoints(conn, graph_id, checkpoint_id, limit=1)
         return found[0] if found else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -221,6 +222,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
             for thread_id, ns in targets:
+                graph_id = await _graph_id(conn, graph_name(thread_id, ns))
+                if graph_id is None:
+                    continue
                 # A page of checkpoints at a time: a listing holds at most a page of
                 # them (every message of each) however long the thread.
                 below = None
@@ -228,7 +232,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                     page = _LIST_PAGE if limit is None else min(limit, _LIST_PAGE)
                     found = await self._checkpoints(
                         conn,
-                        graph_name(thread_id, ns),
+                        graph_id,
                         None,
                         before=before_id,
                         wanted=wanted,
@@ -373,7 +377,10 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
         async with self.store._connection() as conn:
-            return list(reversed(await self._checkpoints(conn, graph, None)))
+            graph_id = await _graph_id(conn, graph)
+            if graph_id is None:
+                return []
+            return list(reversed(await self._checkpoints(conn, graph_id, None)))
 
     async def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
         """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents
