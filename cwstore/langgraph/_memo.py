@@ -1,8 +1,9 @@
 """What a saver remembers of the graphs it wrote, so a put in a running thread reads
 nothing back: the states of the last checkpoints it stored and the heads of the keys it
-knows. Only a hint: a put that finds it stale (another process moved a key on) gets a
-chain conflict from the database, forgets the graph and plans again from what is
-stored."""
+knows; and the key of each graph it used, so a read makes one query. Only a hint: a put
+that finds it stale (another process moved a key on) gets a chain conflict from the
+database, forgets the graph and plans again from what is stored; a read by a key the
+graph's name has left reads nothing, and looks the key up again."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ _GRAPHS = 512
 
 @dataclass
 class GraphMemo:
-    """One graph: checkpoint id -> state (the latest few), key -> head (``None``: the
-    key has no version)."""
+    """One graph: its key (``graph_id``, ``None`` until looked up), checkpoint id ->
+    state (the latest few), key -> head (``None``: the key has no version)."""
 
+    graph_id: int | None = None
     states: OrderedDict[str, CheckpointState] = field(default_factory=OrderedDict)
     heads: dict[str, tuple[str, int] | None] = field(default_factory=dict)
 

@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql
 from .._migrate_async import migrate_dsn
-from ..drivers._protocol import AsyncConnection
+from ..drivers._protocol import AsyncConnection, Row
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store_async import AsyncStore, connect
 from ._mapping import (
@@ -153,10 +153,20 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     # --- reading ------------------------------------------------------------------------
 
+    async def _graph_key(self, conn: AsyncConnection, graph: str) -> int | None:
+        """The key of the graph named ``graph`` as this saver remembers it, else looked
+        up (see :func:`_graph_id`; ``None``: no such graph). Every query given a key
+        also checks the name: a remembered key the name has left (its graph erased
+        since) reads nothing, and the caller looks the key up again."""
+        memo = self._memo.graph(graph)
+        if memo.graph_id is None:
+            memo.graph_id = await _graph_id(conn, graph)
+        return memo.graph_id
+
     async def _checkpoints(
         self,
         conn: AsyncConnection,
-        graph_id: int,
+        graph: str,
         checkpoint_id: str | None,
         *,
         before: str | None = None,
@@ -164,35 +174,46 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
         below: int | None = None,
     ) -> _LoadedList:
-        """The checkpoint ``checkpoint_id`` names in the graph ``graph_id`` (see
-        :func:`_graph_id`), or (``None``) the graph's checkpoints
-        newest first, stored before sequence ``below``, before the checkpoint id
-        ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
-        query, values and messages included."""
-        if checkpoint_id is not None:
-            rows = await conn.fetch(
-                _ROWS["checkpoint"], graph_id, checkpoint_key(checkpoint_id), writes_key("")
-            )
-        else:
-            rows = await conn.fetch(
-                _ROWS["checkpoints"],
-                graph_id,
-                CP_KIND,
-                writes_key(""),
-                below,
-                before,
-                wanted,
-                limit,
-            )
+        """The checkpoint ``checkpoint_id`` names in the graph ``graph``, or (``None``)
+        the graph's checkpoints newest first, stored before sequence ``below``, before
+        the checkpoint id ``before``, whose metadata holds ``wanted`` (JSON text), at
+        most ``limit``; one query, values and messages included (two, and a look-up of
+        the graph's key, when a remembered key reads nothing)."""
+        rows: Sequence[Row] = []
+        for _ in range(2):
+            remembered = self._memo.graph(graph).graph_id is not None
+            graph_id = await self._graph_key(conn, graph)
+            if graph_id is None:
+                break
+            if checkpoint_id is not None:
+                rows = await conn.fetch(
+                    _ROWS["checkpoint"],
+                    graph_id,
+                    graph,
+                    writes_key(""),
+                    checkpoint_key(checkpoint_id),
+                )
+            else:
+                rows = await conn.fetch(
+                    _ROWS["checkpoints"],
+                    graph_id,
+                    graph,
+                    writes_key(""),
+                    CP_KIND,
+                    below,
+                    before,
+                    wanted,
+                    limit,
+                )
+            if rows or not remembered:
+                break
+            self._memo.graph(graph).graph_id = None
         return load_checkpoints(self.serde, rows)
 
     async def _load(
         self, conn: AsyncConnection, graph: str, checkpoint_id: str | None
     ) -> Loaded | None:
-        graph_id = await _graph_id(conn, graph)
-        if graph_id is None:
-            return None
-        found = await self._checkpoints(conn, graph_id, checkpoint_id, limit=1)
+        found = await self._checkpoints(conn, graph, checkpoint_id, limit=1)
         return found[0] if found else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -222,9 +243,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
             for thread_id, ns in targets:
-                graph_id = await _graph_id(conn, graph_name(thread_id, ns))
-                if graph_id is None:
-                    continue
+                graph = graph_name(thread_id, ns)
                 # A page of checkpoints at a time: a listing holds at most a page of
                 # them (every message of each) however long the thread.
                 below = None
@@ -232,7 +251,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                     page = _LIST_PAGE if limit is None else min(limit, _LIST_PAGE)
                     found = await self._checkpoints(
                         conn,
-                        graph_id,
+                        graph,
                         None,
                         before=before_id,
                         wanted=wanted,
@@ -254,9 +273,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
         async with self.store._connection() as conn:
-            graph_id = await _graph_id(conn, graph)
+            graph_id = await self._graph_key(conn, graph)
             if graph_id is not None:
-                for r in await conn.fetch(_q("heads"), graph_id, list(keys)):
+                for r in await conn.fetch(_q("heads"), graph_id, graph, list(keys)):
                     found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
@@ -377,10 +396,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
         async with self.store._connection() as conn:
-            graph_id = await _graph_id(conn, graph)
-            if graph_id is None:
-                return []
-            return list(reversed(await self._checkpoints(conn, graph_id, None)))
+            return list(reversed(await self._checkpoints(conn, graph, None)))
 
     async def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
         """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents

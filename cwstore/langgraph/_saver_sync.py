@@ -36,7 +36,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql
 from .._migrate_sync import migrate_dsn
-from ..drivers._protocol import Connection
+from ..drivers._protocol import Connection, Row
 from ..errors import ChainConflictError, UnknownGraphError
 from ..store import Store, connect_sync
 from ._mapping import (
@@ -156,10 +156,20 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     # --- reading ------------------------------------------------------------------------
 
+    def _graph_key(self, conn: Connection, graph: str) -> int | None:
+        """The key of the graph named ``graph`` as this saver remembers it, else looked
+        up (see :func:`_graph_id`; ``None``: no such graph). Every query given a key
+        also checks the name: a remembered key the name has left (its graph erased
+        since) reads nothing, and the caller looks the key up again."""
+        memo = self._memo.graph(graph)
+        if memo.graph_id is None:
+            memo.graph_id = _graph_id(conn, graph)
+        return memo.graph_id
+
     def _checkpoints(
         self,
         conn: Connection,
-        graph_id: int,
+        graph: str,
         checkpoint_id: str | None,
         *,
         before: str | None = None,
@@ -167,33 +177,44 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
         below: int | None = None,
     ) -> _LoadedList:
-        """The checkpoint ``checkpoint_id`` names in the graph ``graph_id`` (see
-        :func:`_graph_id`), or (``None``) the graph's checkpoints
-        newest first, stored before sequence ``below``, before the checkpoint id
-        ``before``, whose metadata holds ``wanted`` (JSON text), at most ``limit``; one
-        query, values and messages included."""
-        if checkpoint_id is not None:
-            rows = conn.fetch(
-                _ROWS["checkpoint"], graph_id, checkpoint_key(checkpoint_id), writes_key("")
-            )
-        else:
-            rows = conn.fetch(
-                _ROWS["checkpoints"],
-                graph_id,
-                CP_KIND,
-                writes_key(""),
-                below,
-                before,
-                wanted,
-                limit,
-            )
+        """The checkpoint ``checkpoint_id`` names in the graph ``graph``, or (``None``)
+        the graph's checkpoints newest first, stored before sequence ``below``, before
+        the checkpoint id ``before``, whose metadata holds ``wanted`` (JSON text), at
+        most ``limit``; one query, values and messages included (two, and a look-up of
+        the graph's key, when a remembered key reads nothing)."""
+        rows: Sequence[Row] = []
+        for _ in range(2):
+            remembered = self._memo.graph(graph).graph_id is not None
+            graph_id = self._graph_key(conn, graph)
+            if graph_id is None:
+                break
+            if checkpoint_id is not None:
+                rows = conn.fetch(
+                    _ROWS["checkpoint"],
+                    graph_id,
+                    graph,
+                    writes_key(""),
+                    checkpoint_key(checkpoint_id),
+                )
+            else:
+                rows = conn.fetch(
+                    _ROWS["checkpoints"],
+                    graph_id,
+                    graph,
+                    writes_key(""),
+                    CP_KIND,
+                    below,
+                    before,
+                    wanted,
+                    limit,
+                )
+            if rows or not remembered:
+                break
+            self._memo.graph(graph).graph_id = None
         return load_checkpoints(self.serde, rows)
 
     def _load(self, conn: Connection, graph: str, checkpoint_id: str | None) -> Loaded | None:
-        graph_id = _graph_id(conn, graph)
-        if graph_id is None:
-            return None
-        found = self._checkpoints(conn, graph_id, checkpoint_id, limit=1)
+        found = self._checkpoints(conn, graph, checkpoint_id, limit=1)
         return found[0] if found else None
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -223,9 +244,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 thread_id, ns, _ = _ids(config)
                 targets = [(thread_id, ns)]
             for thread_id, ns in targets:
-                graph_id = _graph_id(conn, graph_name(thread_id, ns))
-                if graph_id is None:
-                    continue
+                graph = graph_name(thread_id, ns)
                 # A page of checkpoints at a time: a listing holds at most a page of
                 # them (every message of each) however long the thread.
                 below = None
@@ -233,7 +252,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                     page = _LIST_PAGE if limit is None else min(limit, _LIST_PAGE)
                     found = self._checkpoints(
                         conn,
-                        graph_id,
+                        graph,
                         None,
                         before=before_id,
                         wanted=wanted,
@@ -255,9 +274,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
         with self.store._connection() as conn:
-            graph_id = _graph_id(conn, graph)
+            graph_id = self._graph_key(conn, graph)
             if graph_id is not None:
-                for r in conn.fetch(_q("heads"), graph_id, list(keys)):
+                for r in conn.fetch(_q("heads"), graph_id, graph, list(keys)):
                     found[r["key"]] = (r["head_id"], int(r["version"]))
         return found
 
@@ -378,10 +397,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
         with self.store._connection() as conn:
-            graph_id = _graph_id(conn, graph)
-            if graph_id is None:
-                return []
-            return list(reversed(self._checkpoints(conn, graph_id, None)))
+            return list(reversed(self._checkpoints(conn, graph, None)))
 
     def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
         """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents

@@ -4,20 +4,22 @@
 -- erase_graph_v1).
 
 -- name: checkpoint_rows
--- What each checkpoint of graph $1 (graph_id) holds, the checkpoints being the rows
--- (seq, id, payload_text of their nodes) of the query "checkpoint" or "checkpoints",
--- whose text the reader puts in place of the placeholder below; $3 the prefix of
--- pending writes' keys. Every table is read by the graph's key, $1 (so on Citus the
--- statement runs on the graph's one worker). Rows, in no order (the reader
--- orders a few rows per checkpoint rather than the server sorting every payload):
--- checkpoint seq, part, key, version, last, node id, payload text. Per checkpoint:
--- part -1, its own node; part 0, each value node its "values" names, with its key and
--- version; part 1, each segment of a message chain its "messages" names (key, first
--- and last version), its nodes as JSON array members, each node's id then its payload,
--- oldest first; part 2, each version of its pending writes' key ($3 || its checkpoint
--- id).
+-- What each checkpoint of graph $1 (graph_id) named $2 holds, the checkpoints being the
+-- rows (seq, id, payload_text of their nodes) of the query "checkpoint" or
+-- "checkpoints", whose text the reader puts in place of the placeholder below; $3 the
+-- prefix of pending writes' keys. Every table is read by the graph's key, $1 (so on
+-- Citus the statement runs on the graph's one worker); no rows when the graph at that
+-- key is not named $2 (the reader may remember a key the name has left, if the graph
+-- was erased since). Rows, in no order (the reader orders a few rows per checkpoint
+-- rather than the server sorting every payload): checkpoint seq, part, key, version,
+-- last, node id, payload text. Per checkpoint: part -1, its own node; part 0, each
+-- value node its "values" names, with its key and version; part 1, each segment of a
+-- message chain its "messages" names (key, first and last version), its nodes as JSON
+-- array members, each node's id then its payload, oldest first; part 2, each version of
+-- its pending writes' key ($3 || its checkpoint id).
 SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
   FROM ({checkpoints}) c
+  JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
  CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(c.payload_text) AS head) cp
  CROSS JOIN LATERAL (
         SELECT -1 AS part, NULL::text AS key, 0 AS version, NULL::int AS last, c.id,
@@ -59,29 +61,29 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
            AND v.key = $3::text || (cp.head ->> 'checkpoint_id')) p
 
 -- name: checkpoint
--- The checkpoint of graph $1 (graph_id) whose key is $2 (lg:cp:<id>), for
+-- The checkpoint of graph $1 (graph_id) whose key is $4 (lg:cp:<id>), for
 -- checkpoint_rows. A query of its own, not a branch of "checkpoints": a plan for both
 -- costs more than one for either, so PostgreSQL would plan every call anew.
 SELECT n.seq, n.id, n.payload_text
   FROM cwstore.key_heads h
   JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = h.head_seq
- WHERE h.graph_id = $1::bigint AND h.key = $2::text
+ WHERE h.graph_id = $1::bigint AND h.key = $4::text
 
 -- name: checkpoints
--- The newest checkpoints (nodes of kind $2) of graph $1 (graph_id) stored before
--- sequence $4 (NULL: all) and before checkpoint id $5 (NULL: all) whose metadata
--- contains $6 (jsonb, NULL: any), at most $7 (NULL: all), for checkpoint_rows.
+-- The newest checkpoints (nodes of kind $4) of graph $1 (graph_id) stored before
+-- sequence $5 (NULL: all) and before checkpoint id $6 (NULL: all) whose metadata
+-- contains $7 (jsonb, NULL: any), at most $8 (NULL: all), for checkpoint_rows.
 SELECT n.seq, n.id, n.payload_text
   FROM cwstore.kind_counts k
   JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = k.seq
- WHERE k.graph_id = $1::bigint AND k.kind = $2::text
-   AND ($4::bigint IS NULL OR k.seq < $4::bigint)
-   AND ($5::text IS NULL
-        OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $5::text)
-   AND ($6::jsonb IS NULL
-        OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $6::jsonb)
+ WHERE k.graph_id = $1::bigint AND k.kind = $4::text
+   AND ($5::bigint IS NULL OR k.seq < $5::bigint)
+   AND ($6::text IS NULL
+        OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $6::text)
+   AND ($7::jsonb IS NULL
+        OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $7::jsonb)
  ORDER BY k.seq DESC
- LIMIT $7
+ LIMIT $8
 
 -- name: graph
 -- The graph_id of the graph named $1, no row when there is none (or none the caller may
@@ -89,11 +91,12 @@ SELECT n.seq, n.id, n.payload_text
 SELECT graph_id FROM cwstore.find_graph($1)
 
 -- name: heads
--- The heads (node id, version) of keys $2 in graph $1 (graph_id); a key with no row has
--- no version yet.
+-- The heads (node id, version) of keys $3 in graph $1 (graph_id) named $2 (none when the
+-- graph at that key is not named $2); a key with no row has no version yet.
 SELECT h.key, h.head_id, h.version
   FROM cwstore.key_heads h
- WHERE h.graph_id = $1::bigint AND h.key = ANY($2::text[])
+  JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
+ WHERE h.graph_id = $1::bigint AND h.key = ANY($3::text[])
 
 -- name: thread_graphs
 -- The graphs of a LangGraph thread: the root namespace's, named $1, and its
