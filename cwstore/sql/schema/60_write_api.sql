@@ -772,9 +772,14 @@ DECLARE
   v_bad_id text;
   v_seq bigint;
 BEGIN
+  -- One index lookup per id (LATERAL ... LIMIT 1): as a join, a plan kept from a small
+  -- graph scanned the graph's nodes up to p_len on every append.
   SELECT u.o, u.id, n.seq INTO v_bad, v_bad_id, v_seq
     FROM unnest(p_ids) WITH ORDINALITY AS u(id, o)
-    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.id = u.id AND n.seq <= p_len
+    JOIN LATERAL (SELECT n.seq, n.kind, n.parents, n.payload_text, n.resource_key
+                    FROM cwstore.nodes n
+                   WHERE n.graph_id = p_graph_id AND n.id = u.id
+                   LIMIT 1) n ON n.seq <= p_len
    WHERE NOT cwstore._same_content(
            n.kind, n.parents, n.payload_text, n.resource_key,
            p_kinds[u.o], ARRAY(SELECT json_array_elements_text(p_parents[u.o]::json)),
@@ -801,7 +806,8 @@ BEGIN
   IF p_new = 0 THEN
     SELECT max(n.seq) INTO v_last
       FROM unnest(p_ids) AS u(id)
-      JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.id = u.id;
+      JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                     WHERE n.graph_id = p_graph_id AND n.id = u.id LIMIT 1) n ON true;
     IF coalesce(p_expected, v_last, p_len) <> p_len
        OR p_heads IS NOT DISTINCT FROM (
             SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
