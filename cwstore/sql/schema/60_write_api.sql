@@ -564,8 +564,10 @@ BEGIN
   END IF;
   v_ids := ARRAY(SELECT DISTINCT e ->> 'id' FROM json_array_elements(p_nodes) e);
   IF p_graph_id IS NOT NULL AND array_position(v_ids, NULL) IS NULL THEN
-    SELECT count(*) INTO v_held FROM cwstore.nodes n
-     WHERE n.graph_id = p_graph_id AND n.id = ANY (v_ids);
+    SELECT count(*) INTO v_held
+      FROM unnest(v_ids) AS u(id)
+      JOIN LATERAL (SELECT 1 FROM cwstore.nodes n
+                     WHERE n.graph_id = p_graph_id AND n.id = u.id LIMIT 1) n ON true;
   END IF;
   IF v_held < cardinality(v_ids) OR cardinality(v_ids) = 0 AND p_graph_id IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
