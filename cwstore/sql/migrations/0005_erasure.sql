@@ -45,7 +45,11 @@
 --     whatever plan the session kept from when the graph was small; _nodes_inserted hands
 --     _derive_node its ids and key in the default collation, so its lookups in
 --     key_heads, key_versions and kind_counts use their indexes (a "C" argument made
---     them scans of the graph's rows).
+--     them scans of the graph's rows). The same in append_v1's checks of the batch's
+--     ids (_refuse_changed, _refuse_stale, _declare_after_append) and in the reads that
+--     look up a node per head, key version or step (frontier_at, heads_at, semantic_at,
+--     path, key_history, export_parts_v1, projection_v1, _walk_nodes): as joins, plans
+--     made while the table was small read every node of the graph.
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 --
@@ -1531,7 +1535,8 @@ BEGIN
   RETURN QUERY
   SELECT u.seq, n.id, n.kind, u.depth
     FROM unnest(v_seqs, v_depths) WITH ORDINALITY AS u(seq, depth, ord)
-    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.seq = u.seq
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = p_graph_id AND n.seq = u.seq LIMIT 1) n ON true
    ORDER BY u.ord;
 END $$;
 COMMENT ON FUNCTION cwstore._walk_nodes(bigint, bigint, boolean, integer, bigint) IS
@@ -1903,3 +1908,208 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS
   'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; call until no row.';
+
+-- 70_read_api: a node per head, version or step by index lookup (see above).
+
+CREATE OR REPLACE FUNCTION cwstore.frontier_at(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS TABLE ("position" integer, seq bigint, id text, kind text)
+LANGUAGE plpgsql STABLE ROWS 4 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT f.position, f.seq, n.id, n.kind
+    FROM cwstore._frontier_at(g.graph_id, cwstore._at(p_seq, g.length)) f
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = f.seq LIMIT 1) n ON true
+   ORDER BY f.position;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.heads_at(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS TABLE (key text, version integer, seq bigint, id text, kind text)
+LANGUAGE plpgsql STABLE ROWS 100 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT h.key, h.version, h.seq, n.id, n.kind
+    FROM cwstore._heads_at(g.graph_id, cwstore._at(p_seq, g.length), false) h
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = h.seq LIMIT 1) n ON true
+   ORDER BY h.key COLLATE "C";
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.semantic_at(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS TABLE (type text, key text, content jsonb, content_text text, version integer,
+               seq bigint, id text)
+LANGUAGE plpgsql STABLE ROWS 50 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  -- type and key come from the resource key, semantic:<type>:<key> (the nodes trigger
+  -- holds semantic nodes to it, and a type has no colon), so only content is parsed.
+  RETURN QUERY
+  SELECT t.type, substr(h.key, length(t.type) + 11), cwstore.payload_jsonb(c.text), c.text,
+         h.version, h.seq, n.id
+    FROM cwstore._heads_at(g.graph_id, cwstore._at(p_seq, g.length), true) h
+    JOIN LATERAL (SELECT n.id, n.kind, n.payload_text FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = h.seq LIMIT 1) n ON true
+   CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t
+   CROSS JOIN LATERAL (SELECT cwstore._json_member_text(n.payload_text, 'content') AS text) c
+   WHERE n.kind = 'semantic'
+   ORDER BY t.type COLLATE "C", substr(h.key, length(t.type) + 11) COLLATE "C";
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.path(p_graph text, p_from_id text, p_to_id text)
+RETURNS TABLE (step integer, seq bigint, id text, kind text)
+LANGUAGE plpgsql STABLE ROWS 10 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_from bigint := cwstore._node_seq(g.graph_id, p_graph, p_from_id);
+  v_to bigint := cwstore._node_seq(g.graph_id, p_graph, p_to_id);
+  v_via bigint[];       -- v_via[to - s]: the node one step from s towards to_id
+  v_steps bigint[];
+  v_cur bigint;
+  r record;
+BEGIN
+  IF v_from > v_to THEN
+    RETURN;
+  END IF;
+  v_steps := ARRAY[v_from];
+  IF v_from < v_to THEN
+    v_via := array_fill(0::bigint, ARRAY[(v_to - v_from)::integer]);
+    FOR r IN SELECT w.seq, w.via
+               FROM cwstore._walk(g.graph_id, v_to, true, NULL, v_from, v_from) w LOOP
+      v_via[v_to - r.seq] := r.via;
+    END LOOP;
+    IF v_via[v_to - v_from] = 0 THEN
+      RETURN;             -- from_id is not an ancestor of to_id
+    END IF;
+    v_cur := v_from;
+    WHILE v_cur <> v_to LOOP
+      v_cur := v_via[v_to - v_cur];
+      v_steps := v_steps || v_cur;
+    END LOOP;
+  END IF;
+  RETURN QUERY
+  SELECT u.ord::integer - 1, u.s, n.id, n.kind
+    FROM unnest(v_steps) WITH ORDINALITY AS u(s, ord)
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = u.s LIMIT 1) n ON true
+   ORDER BY u.ord;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.key_history(p_graph text, p_key text)
+RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
+               recorded_at timestamptz, payload jsonb, payload_text text)
+LANGUAGE plpgsql STABLE ROWS 10 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT v.version, v.node_seq, n.id, n.kind, n.created_at, n.recorded_at,
+         cwstore.payload_jsonb(n.payload_text),
+         n.payload_text
+    FROM cwstore.key_versions v
+    JOIN LATERAL (SELECT n.id, n.kind, n.created_at, n.recorded_at, n.payload_text
+                    FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
+   WHERE v.graph_id = g.graph_id AND v.key = p_key
+   ORDER BY v.version;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.export_parts_v1(p_graph text, p_seq bigint DEFAULT NULL,
+                                        p_time timestamptz DEFAULT NULL,
+                                        p_part_bytes bigint DEFAULT 67108864)
+RETURNS TABLE (length bigint, seq bigint, part bigint, nodes text, frontier text[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_seq bigint;
+BEGIN
+  IF p_seq < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('a sequence number is >= 0, got %s', p_seq),
+      DETAIL = jsonb_build_object('seq', p_seq)::text;
+  END IF;
+  v_seq := CASE WHEN p_time IS NOT NULL THEN cwstore.seq_at_time(p_graph, p_time)
+                ELSE coalesce(p_seq, g.length) END;
+  IF v_seq > g.length THEN
+    RETURN QUERY SELECT g.length, v_seq, -1::bigint, NULL::text, NULL::text[];
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT g.length, v_seq, -1::bigint, NULL::text,
+         CASE WHEN v_seq = 0 THEN '{}'::text[] ELSE
+           ARRAY(SELECT n.id FROM cwstore._frontier_at(g.graph_id, v_seq) f
+                   JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                                  WHERE n.graph_id = g.graph_id AND n.seq = f.seq
+                                  LIMIT 1) n ON true
+                  ORDER BY f.position) END;
+  RETURN QUERY
+  SELECT g.length, v_seq, c.part, string_agg(c.node_json, ',' ORDER BY c.seq), NULL::text[]
+    FROM (SELECT j.seq, j.node_json,
+                 (sum(octet_length(j.node_json)) OVER (ORDER BY j.seq)
+                  - octet_length(j.node_json)) / greatest(p_part_bytes, 1) AS part
+            FROM (SELECT n.seq, cwstore.node_json(n.id, n.kind, n.parents, n.payload_text,
+                                                  n.created_at_text, n.seq, n.resource_key)
+                           AS node_json
+                    FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq <= v_seq
+                  OFFSET 0) j) c
+   GROUP BY c.part
+   ORDER BY c.part;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore.projection_v1(p_graph text, p_seq bigint DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+  v_at bigint := cwstore._at(p_seq, g.length);
+  v_len bigint := coalesce(v_at, g.length);
+  v_counts text;
+  v_goal bigint;
+  v_answer bigint;
+BEGIN
+  SELECT coalesce(json_object_agg(k.kind, c.n)::text, '{}'),
+         max(c.seq) FILTER (WHERE k.kind = 'goal'), max(c.seq) FILTER (WHERE k.kind = 'answer')
+    INTO v_counts, v_goal, v_answer
+    FROM unnest(cwstore.node_kinds()) AS k(kind)
+   CROSS JOIN LATERAL (
+         SELECT kc.seq, kc.n FROM cwstore.kind_counts kc
+          WHERE kc.graph_id = g.graph_id AND kc.kind = k.kind AND kc.seq <= v_len
+          ORDER BY kc.seq DESC LIMIT 1) c;
+  RETURN (
+  WITH h AS MATERIALIZED (
+    SELECT h.key, h.version, h.seq, n.id, n.kind, n.payload_text,
+           starts_with(h.key, 'semantic:') AND n.kind = 'semantic' AS memory
+      FROM cwstore._heads_at(g.graph_id, v_at, false) h
+      JOIN LATERAL (SELECT n.id, n.kind, n.payload_text FROM cwstore.nodes n
+                     WHERE n.graph_id = g.graph_id AND n.seq = h.seq LIMIT 1) n ON true
+  )
+  SELECT '{"length":' || v_len
+    || ',"frontier":[' || coalesce((
+      SELECT string_agg('{"id":"' || n.id || '","kind":"' || n.kind || '","seq":' || n.seq
+                        || ',"payload":' || n.payload_text || '}', ',' ORDER BY f.position)
+        FROM cwstore._frontier_at(g.graph_id, v_at) f
+        JOIN LATERAL (SELECT n.id, n.kind, n.seq, n.payload_text FROM cwstore.nodes n
+                       WHERE n.graph_id = g.graph_id AND n.seq = f.seq LIMIT 1) n ON true), '')
+    || '],"resources":[' || coalesce((
+      SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
+                        || ',"seq":' || h.seq || ',"id":"' || h.id || '","kind":"' || h.kind
+                        || '","payload":' || h.payload_text || '}', ',' ORDER BY h.key COLLATE "C")
+        FROM h WHERE NOT h.memory), '')
+    || '],"semantic":[' || coalesce((
+      SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
+                        || ',"seq":' || h.seq || ',"id":"' || h.id
+                        || '","payload":' || h.payload_text || '}', ','
+                        ORDER BY t.type COLLATE "C", substr(h.key, length(t.type) + 11) COLLATE "C")
+        FROM h CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t
+       WHERE h.memory), '')
+    || '],"latest_goal":' || coalesce((
+      SELECT '{"seq":' || n.seq || ',"id":"' || n.id || '","payload":' || n.payload_text || '}'
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_goal), 'null')
+    || ',"latest_answer":' || coalesce((
+      SELECT '{"seq":' || n.seq || ',"id":"' || n.id || '","payload":' || n.payload_text || '}'
+        FROM cwstore.nodes n WHERE n.graph_id = g.graph_id AND n.seq = v_answer), 'null')
+    || ',"counts":' || v_counts || '}');
+END $$;

@@ -268,7 +268,8 @@ BEGIN
   RETURN QUERY
   SELECT u.seq, n.id, n.kind, u.depth
     FROM unnest(v_seqs, v_depths) WITH ORDINALITY AS u(seq, depth, ord)
-    JOIN cwstore.nodes n ON n.graph_id = p_graph_id AND n.seq = u.seq
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = p_graph_id AND n.seq = u.seq LIMIT 1) n ON true
    ORDER BY u.ord;
 END $$;
 COMMENT ON FUNCTION cwstore._walk_nodes(bigint, bigint, boolean, integer, bigint) IS
@@ -324,7 +325,8 @@ BEGIN
   RETURN QUERY
   SELECT f.position, f.seq, n.id, n.kind
     FROM cwstore._frontier_at(g.graph_id, cwstore._at(p_seq, g.length)) f
-    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = f.seq LIMIT 1) n ON true
    ORDER BY f.position;
 END $$;
 COMMENT ON FUNCTION cwstore.frontier_at(text, bigint) IS
@@ -344,7 +346,8 @@ BEGIN
   RETURN QUERY
   SELECT h.key, h.version, h.seq, n.id, n.kind
     FROM cwstore._heads_at(g.graph_id, cwstore._at(p_seq, g.length), false) h
-    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = h.seq LIMIT 1) n ON true
    ORDER BY h.key COLLATE "C";
 END $$;
 COMMENT ON FUNCTION cwstore.heads_at(text, bigint) IS
@@ -369,7 +372,8 @@ BEGIN
   SELECT t.type, substr(h.key, length(t.type) + 11), cwstore.payload_jsonb(c.text), c.text,
          h.version, h.seq, n.id
     FROM cwstore._heads_at(g.graph_id, cwstore._at(p_seq, g.length), true) h
-    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+    JOIN LATERAL (SELECT n.id, n.kind, n.payload_text FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = h.seq LIMIT 1) n ON true
    CROSS JOIN LATERAL (SELECT split_part(h.key, ':', 2) AS type) t
    CROSS JOIN LATERAL (SELECT cwstore._json_member_text(n.payload_text, 'content') AS text) c
    WHERE n.kind = 'semantic'
@@ -469,7 +473,8 @@ BEGIN
   RETURN QUERY
   SELECT u.ord::integer - 1, u.s, n.id, n.kind
     FROM unnest(v_steps) WITH ORDINALITY AS u(s, ord)
-    JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = u.s
+    JOIN LATERAL (SELECT n.id, n.kind FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = u.s LIMIT 1) n ON true
    ORDER BY u.ord;
 END $$;
 COMMENT ON FUNCTION cwstore.path(text, text, text) IS
@@ -493,7 +498,9 @@ BEGIN
          cwstore.payload_jsonb(n.payload_text),
          n.payload_text
     FROM cwstore.key_versions v
-    JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
+    JOIN LATERAL (SELECT n.id, n.kind, n.created_at, n.recorded_at, n.payload_text
+                    FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
    WHERE v.graph_id = g.graph_id AND v.key = p_key
    ORDER BY v.version;
 END $$;
@@ -532,7 +539,9 @@ BEGIN
   SELECT g.length, v_seq, -1::bigint, NULL::text,
          CASE WHEN v_seq = 0 THEN '{}'::text[] ELSE
            ARRAY(SELECT n.id FROM cwstore._frontier_at(g.graph_id, v_seq) f
-                   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq
+                   JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                                  WHERE n.graph_id = g.graph_id AND n.seq = f.seq
+                                  LIMIT 1) n ON true
                   ORDER BY f.position) END;
   RETURN QUERY
   SELECT g.length, v_seq, c.part, string_agg(c.node_json, ',' ORDER BY c.seq), NULL::text[]
@@ -616,14 +625,16 @@ BEGIN
     SELECT h.key, h.version, h.seq, n.id, n.kind, n.payload_text,
            starts_with(h.key, 'semantic:') AND n.kind = 'semantic' AS memory
       FROM cwstore._heads_at(g.graph_id, v_at, false) h
-      JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = h.seq
+      JOIN LATERAL (SELECT n.id, n.kind, n.payload_text FROM cwstore.nodes n
+                     WHERE n.graph_id = g.graph_id AND n.seq = h.seq LIMIT 1) n ON true
   )
   SELECT '{"length":' || v_len
     || ',"frontier":[' || coalesce((
       SELECT string_agg('{"id":"' || n.id || '","kind":"' || n.kind || '","seq":' || n.seq
                         || ',"payload":' || n.payload_text || '}', ',' ORDER BY f.position)
         FROM cwstore._frontier_at(g.graph_id, v_at) f
-        JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = f.seq), '')
+        JOIN LATERAL (SELECT n.id, n.kind, n.seq, n.payload_text FROM cwstore.nodes n
+                       WHERE n.graph_id = g.graph_id AND n.seq = f.seq LIMIT 1) n ON true), '')
     || '],"resources":[' || coalesce((
       SELECT string_agg('{"key":' || to_json(h.key)::text || ',"version":' || h.version
                         || ',"seq":' || h.seq || ',"id":"' || h.id || '","kind":"' || h.kind
