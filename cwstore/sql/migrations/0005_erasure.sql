@@ -13,7 +13,9 @@
 --     removals through only at trigger depth 1, as those of the derived tables do.
 --   * graphs.key_probe and graph_key(name, probe): a name whose key is held takes the
 --     next key of its chain; graph_key_detours records the keys passed over, and
---     graph_id_of walks the chain. Every existing graph is at probe 0 (collisions were
+--     graph_id_of walks the chain. graphs_key_check is a trigger now (on insert and on
+--     updates of graph_id, name, key_probe), not a CHECK prepared again by every update
+--     of a graph's length. Every existing graph is at probe 0 (collisions were
 --     refused), so no graph_id changes.
 --   * graphs.incarnation tells one life of a graph from a later one of the same name;
 --     existing graphs take their graph_id (unique among them), new lives the sequence
@@ -66,7 +68,7 @@ SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 ALTER TABLE cwstore.graphs DROP CONSTRAINT graphs_key_check;
 DROP FUNCTION cwstore.graph_key(text);
 CREATE FUNCTION cwstore.graph_key(p_name text, p_probe integer DEFAULT 0) RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT ('x' || left(md5(CASE WHEN p_probe = 0 THEN p_name
                                ELSE p_probe::text || ':' || p_name END), 12))::bit(48)::bigint
 $$;
@@ -96,8 +98,6 @@ ALTER TABLE cwstore.graphs ADD COLUMN incarnation bigint;
 UPDATE cwstore.graphs SET incarnation = graph_id;
 ALTER TABLE cwstore.graphs ALTER COLUMN incarnation SET DEFAULT nextval('cwstore.graph_incarnations');
 ALTER TABLE cwstore.graphs ALTER COLUMN incarnation SET NOT NULL;
-ALTER TABLE cwstore.graphs ADD CONSTRAINT graphs_key_check CHECK (key_probe >= 0
-                                     AND graph_id = cwstore.graph_key(name, key_probe));
 COMMENT ON TABLE cwstore.graphs IS
   'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. The row is the per-graph lock of the append path.';
 
@@ -759,6 +759,28 @@ BEGIN
     END IF;
   END LOOP;
 END $$;
+
+-- _graphs_key (BEFORE INSERT, or UPDATE of graph_id, name or key_probe, on graphs):
+-- graph_id is the key of the name at its probe, graph_key(name, key_probe), and
+-- key_probe >= 0; refused as the check constraint graphs_key_check would be (23514,
+-- that name). A trigger on those columns, not a CHECK: PostgreSQL prepares a table's
+-- CHECK expressions again in every statement that updates a row, and the append path
+-- updates its graph's length in every call.
+CREATE FUNCTION cwstore._graphs_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.key_probe < 0 OR NEW.graph_id <> cwstore.graph_key(NEW.name, NEW.key_probe) THEN
+    RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = 'graphs_key_check',
+      SCHEMA = 'cwstore', TABLE = 'graphs',
+      MESSAGE = 'new row for relation "graphs" violates check constraint "graphs_key_check"',
+      DETAIL = format('graph_id %s is not the key of its name at probe %s', NEW.graph_id,
+                      NEW.key_probe);
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER graphs_key_check BEFORE INSERT OR UPDATE OF graph_id, name, key_probe
+  ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_key();
 
 CREATE FUNCTION cwstore._graph_detoured() RETURNS trigger
 LANGUAGE plpgsql AS $$

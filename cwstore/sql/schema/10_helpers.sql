@@ -115,8 +115,11 @@ END $$;
 -- names and keys"); cwstore.graph_id_of walks the same chain.
 -- Probe n > 0 hashes the probe's number before the name, with a separator no digit is:
 -- the texts of two (name, probe) pairs never coincide.
+-- Not STRICT (a NULL name or probe gives NULL all the same): PostgreSQL inlines a SQL
+-- function only if it is not STRICT or its body is, and a CASE is not; a function not
+-- inlined has its body planned again in every statement that calls it.
 CREATE FUNCTION cwstore.graph_key(p_name text, p_probe integer DEFAULT 0) RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT ('x' || left(md5(CASE WHEN p_probe = 0 THEN p_name
                                ELSE p_probe::text || ':' || p_name END), 12))::bit(48)::bigint
 $$;

@@ -30,8 +30,6 @@ CREATE TABLE cwstore.graphs (
   key_probe    integer NOT NULL DEFAULT 0,
   incarnation  bigint NOT NULL DEFAULT nextval('cwstore.graph_incarnations'),
   CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
-  CONSTRAINT graphs_key_check CHECK (key_probe >= 0
-                                     AND graph_id = cwstore.graph_key(name, key_probe)),
   CONSTRAINT graphs_length_check CHECK (length >= 0),
   CONSTRAINT graphs_vocabulary_check CHECK (
     vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32

@@ -105,6 +105,28 @@ BEGIN
   END LOOP;
 END $$;
 
+-- _graphs_key (BEFORE INSERT, or UPDATE of graph_id, name or key_probe, on graphs):
+-- graph_id is the key of the name at its probe, graph_key(name, key_probe), and
+-- key_probe >= 0; refused as the check constraint graphs_key_check would be (23514,
+-- that name). A trigger on those columns, not a CHECK: PostgreSQL prepares a table's
+-- CHECK expressions again in every statement that updates a row, and the append path
+-- updates its graph's length in every call.
+CREATE FUNCTION cwstore._graphs_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.key_probe < 0 OR NEW.graph_id <> cwstore.graph_key(NEW.name, NEW.key_probe) THEN
+    RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = 'graphs_key_check',
+      SCHEMA = 'cwstore', TABLE = 'graphs',
+      MESSAGE = 'new row for relation "graphs" violates check constraint "graphs_key_check"',
+      DETAIL = format('graph_id %s is not the key of its name at probe %s', NEW.graph_id,
+                      NEW.key_probe);
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER graphs_key_check BEFORE INSERT OR UPDATE OF graph_id, name, key_probe
+  ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_key();
+
 -- _graph_detoured (AFTER INSERT on graphs, for a graph past probe 0): records the keys
 -- its chain passed over, one statement per key (each names its key: its one shard on
 -- Citus). A trigger, so that graph_key_detours is written at trigger depth 1 only, as
