@@ -117,6 +117,7 @@ def _reads(doc: dict[str, Any], graph: str) -> list[tuple[str, str, tuple[Any, .
         ("path", "SELECT * FROM cwstore.path(%s, %s, %s)", (graph, node, node)),
         ("key_history", "SELECT * FROM cwstore.key_history(%s, %s)", (graph, key)),
         ("export_parts_v1", "SELECT * FROM cwstore.export_parts_v1(%s, 3)", (graph,)),
+        ("idle_graphs_v1", "SELECT * FROM cwstore.idle_graphs_v1('0 s')", ()),
     ]
 
 

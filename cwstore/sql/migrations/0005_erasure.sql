@@ -50,8 +50,9 @@
 --     them scans of the graph's rows). The same in append_v1's checks of the batch's
 --     ids (_refuse_changed, _refuse_stale, _declare_after_append) and in the reads that
 --     look up a node per head, key version or step (frontier_at, heads_at, semantic_at,
---     path, key_history, export_parts_v1, projection_v1, _walk_nodes): as joins, plans
---     made while the table was small read every node of the graph.
+--     path, key_history, export_parts_v1, projection_v1, _walk_nodes) and in _idle
+--     (a graph's last node): as joins, plans made while the table was small read every
+--     node of the graph (of every graph, in _idle).
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 --
@@ -1848,7 +1849,8 @@ BEGIN
   RETURN QUERY
   SELECT g.graph_id, g.name, g.tenant, g.length, coalesce(n.recorded_at, g.created_at)
     FROM cwstore.graphs g
-    LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
+    LEFT JOIN LATERAL (SELECT n.recorded_at FROM cwstore.nodes n
+                        WHERE n.graph_id = g.graph_id AND n.seq = g.length LIMIT 1) n ON true
    WHERE g.graph_id > p_after
      AND (p_tenant IS NULL OR g.tenant = p_tenant)
      AND (p_all OR g.tenant = ANY (p_tenants))

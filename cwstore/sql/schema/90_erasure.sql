@@ -187,7 +187,8 @@ BEGIN
   RETURN QUERY
   SELECT g.graph_id, g.name, g.tenant, g.length, coalesce(n.recorded_at, g.created_at)
     FROM cwstore.graphs g
-    LEFT JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = g.length
+    LEFT JOIN LATERAL (SELECT n.recorded_at FROM cwstore.nodes n
+                        WHERE n.graph_id = g.graph_id AND n.seq = g.length LIMIT 1) n ON true
    WHERE g.graph_id > p_after
      AND (p_tenant IS NULL OR g.tenant = p_tenant)
      AND (p_all OR g.tenant = ANY (p_tenants))
