@@ -9,7 +9,8 @@
 -- with the time the last node was stored; at most $2 rows, by name.
 SELECT g.name, g.length, g.tenant, g.created_at, n.recorded_at AS last_write
   FROM cwstore.graphs AS g
-  LEFT JOIN cwstore.nodes AS n ON n.graph_id = g.graph_id AND n.seq = g.length
+  LEFT JOIN LATERAL (SELECT n.recorded_at FROM cwstore.nodes AS n
+                      WHERE n.graph_id = g.graph_id AND n.seq = g.length LIMIT 1) AS n ON true
  WHERE $1::text IS NULL OR strpos(lower(g.name), lower($1::text)) > 0
  ORDER BY g.name
  LIMIT $2
