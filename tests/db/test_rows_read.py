@@ -11,7 +11,7 @@ session's plans made on a short graph first. The plans these tests found read ev
 node of the graph: a hash join of the batch's ids in ``_refuse_changed``, a scan for the
 ids in ``_refuse_stale`` (a stale expected length), and a hash join of the heads, steps
 or versions with the graph's nodes in heads_at, semantic_at, projection_v1 and
-descendants."""
+descendants, and of every graph with the nodes of all in idle_graphs_v1."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.documents import generate_session
+from support.reliability import batch_of, chain, document
 
 import cwstore
 from cwstore._store_base import prepare_batch
-from tests.support.documents import generate_session
-from tests.support.reliability import batch_of, chain, document
 
 LONG = 3000
 FEW = 50
