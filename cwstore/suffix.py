@@ -95,6 +95,14 @@ class StateToSave:
             return False
         if n == 0:
             return True
+        whole = prefix.state_nodes
+        if (
+            self.frozen
+            and whole is not None
+            and len(whole) == n
+            and _starts_with(self.nodes, whole)
+        ):
+            return True
         seen = prefix.objects
         if (
             self.frozen
@@ -121,6 +129,29 @@ class StateToSave:
     def frozen_nodes(self, start: int) -> list[Any] | None:
         """Nodes from ``start`` on, when they are immutable :class:`CausalNode` objects."""
         return list(self.nodes[start:]) if self.frozen else None
+
+    def whole(self, length: int) -> Sequence[Any] | None:
+        """The node sequence itself, when its nodes are immutable and it is ``length``
+        long."""
+        return self.nodes if self.frozen and len(self.nodes) == length else None
+
+
+def _starts_with(nodes: Sequence[Any], prefix: Sequence[Any]) -> bool:
+    """Whether ``nodes`` begins with the members of ``prefix`` (both tuples of
+    :class:`CausalNode`), without copying either.
+
+    Tuples compare member by member, each by identity first (so the same objects are
+    never read), then ``==``. A proper prefix compares less than the longer tuple; two
+    nodes that differ have no order, so comparing them raises ``TypeError``.
+    """
+    if type(nodes) is not tuple or type(prefix) is not tuple:
+        return False
+    if len(nodes) == len(prefix):
+        return nodes == prefix
+    try:
+        return len(nodes) > len(prefix) and prefix < nodes
+    except TypeError:
+        return False
 
 
 def _as_obj(node: Any) -> Any:
@@ -168,7 +199,9 @@ class SavedPrefix:
     run past ``length``; only the first ``length`` count), the sequence of each id
     (entries past ``length`` are ignored), each resource key's head among them and,
     when they came from an :class:`AgentState`, the node objects (``objects``, like
-    ``ids``), else ``None``.
+    ``ids``), else ``None``; and ``state_nodes``, the :class:`AgentState`'s own node
+    sequence when the prefix is that whole state (a state that extends it is compared
+    with it as one sequence, without a copy of the prefix's objects), else ``None``.
 
     The list and index are shared by the prefixes that extend one another and only ever
     grow, so extending a prefix costs what the new nodes cost.
@@ -179,6 +212,7 @@ class SavedPrefix:
     index: dict[str, int]
     heads: Mapping[str, str]
     objects: list[Any] | None = None
+    state_nodes: Sequence[Any] | None = None
 
     @classmethod
     def of_state(cls, state: StateToSave, length: int) -> SavedPrefix:
@@ -192,7 +226,7 @@ class SavedPrefix:
                 heads[key] = n.id if isinstance(n, CausalNode) else n["id"]
         index = dict(zip(ids, range(1, length + 1), strict=True))
         objects = list(state.nodes[:length]) if state.frozen else None
-        return cls(length, ids, index, heads, objects)
+        return cls(length, ids, index, heads, objects, state.whole(length))
 
     def holds(self, node_id: Any) -> bool:
         """Whether ``node_id`` is one of the prefix's ids."""
@@ -200,11 +234,15 @@ class SavedPrefix:
         return seq is not None and seq <= self.length
 
     def extended(
-        self, nodes: Sequence[dict[str, Any]], objects: list[Any] | None = None
+        self,
+        nodes: Sequence[dict[str, Any]],
+        objects: list[Any] | None = None,
+        state_nodes: Sequence[Any] | None = None,
     ) -> SavedPrefix:
         """The prefix followed by ``nodes`` (checked and written right after it), whose
         :class:`CausalNode` objects are ``objects`` when they came from an
-        :class:`AgentState`."""
+        :class:`AgentState`, whose node sequence is ``state_nodes`` when the result is
+        that whole state."""
         mine = self.objects
         if len(self.ids) == self.length and (mine is None or len(mine) == self.length):
             ids, index = self.ids, self.index
@@ -223,7 +261,7 @@ class SavedPrefix:
             mine.extend(objects)
         else:
             mine = None
-        return SavedPrefix(self.length + len(nodes), ids, index, heads, mine)
+        return SavedPrefix(self.length + len(nodes), ids, index, heads, mine, state_nodes)
 
 
 class _SeenOverPrefix(dict[str, int]):
@@ -357,7 +395,14 @@ class SaveMemory:
         ):
             self.forget(graph)
             return False
-        self._keep(graph, prefix.extended(new, state.frozen_nodes(prefix.length)))
+        self._keep(
+            graph,
+            prefix.extended(
+                new,
+                state.frozen_nodes(prefix.length),
+                state.whole(prefix.length + len(new)),
+            ),
+        )
         return True
 
     def remember(self, graph: str, prefix: SavedPrefix) -> None:

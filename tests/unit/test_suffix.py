@@ -10,6 +10,7 @@ import pytest
 from support.documents import GraphBuilder
 
 from cwstore import AgentState, ValidationError, compute_id, validate
+from cwstore.document import CausalNode
 from cwstore.suffix import SavedPrefix, SaveMemory, check_suffix, read_state
 
 
@@ -96,6 +97,41 @@ def test_a_prefix_is_extended_by_ids_or_by_the_same_immutable_nodes() -> None:
     longer = prefix.extended(state["nodes"][4:], list(model.nodes[4:]))
     assert (longer.length, longer.ids) == (5, [n["id"] for n in state["nodes"]])
     assert longer.holds(state["nodes"][4]["id"]) and not prefix.holds(state["nodes"][4]["id"])
+
+
+def test_a_whole_state_is_extended_by_a_state_that_starts_with_its_nodes() -> None:
+    """A prefix that is a whole AgentState is compared with the next state as one tuple
+    against another: the same node objects, or equal ones, extend it; a state with a
+    node of other content in its place, or shorter, does not."""
+    state = _state(extra=2)
+    model = AgentState.from_obj(state)
+    first = AgentState.model_construct(
+        version=1, nodes=model.nodes[:5], frontier=(model.nodes[4].id,)
+    )
+    prefix = SavedPrefix.of_state(read_state(first), 5)
+    assert prefix.state_nodes is first.nodes
+    assert read_state(model).extends(prefix)
+    assert read_state(first).extends(prefix)
+    equal = AgentState.from_obj(state)  # other objects, same content
+    assert equal.nodes[0] is not model.nodes[0] and read_state(equal).extends(prefix)
+    other = copy.deepcopy(state)
+    other["nodes"][2]["payload"] = {"content": "v2"}
+    other["nodes"][2]["id"] = compute_id(
+        "resource", other["nodes"][2]["parents"], other["nodes"][2]["payload"], "report.md"
+    )
+    replaced = AgentState.model_construct(
+        version=1,
+        nodes=(*model.nodes[:2], CausalNode.from_obj(other["nodes"][2]), *model.nodes[3:]),
+        frontier=model.frontier,
+    )
+    assert not read_state(replaced).extends(prefix)
+    shorter = AgentState.model_construct(
+        version=1, nodes=model.nodes[:4], frontier=(model.nodes[3].id,)
+    )
+    assert not read_state(shorter).extends(prefix)
+    # Nodes have no order: a member that differs ends the comparison with TypeError.
+    with pytest.raises(TypeError):
+        _ = model.nodes[0] < model.nodes[1]  # type: ignore[operator]
 
 
 def test_the_memory_keeps_the_most_recently_saved_graphs() -> None:
