@@ -17,14 +17,14 @@ __all__ = ["GraphMemo", "Memo"]
 
 _STATES = 8
 _GRAPHS = 512
+_KEYS = 4096
 
 
 @dataclass
 class GraphMemo:
-    """One graph: its key (``graph_id``, ``None`` until looked up), checkpoint id ->
-    state (the latest few), key -> head (``None``: the key has no version)."""
+    """One graph: checkpoint id -> state (the latest few), key -> head (``None``: the
+    key has no version)."""
 
-    graph_id: int | None = None
     states: OrderedDict[str, CheckpointState] = field(default_factory=OrderedDict)
     heads: dict[str, tuple[str, int] | None] = field(default_factory=dict)
 
@@ -39,10 +39,27 @@ class GraphMemo:
 
 
 class Memo:
-    """The graphs a saver remembers, the most recently used kept."""
+    """The graphs a saver remembers, the most recently used kept: what it wrote to
+    them, and (apart, so that reading many threads does not push out what a put needs)
+    their keys."""
 
     def __init__(self) -> None:
         self._graphs: OrderedDict[str, GraphMemo] = OrderedDict()
+        self._keys: OrderedDict[str, int] = OrderedDict()
+
+    def key(self, name: str) -> int | None:
+        """The graph's key as last found, ``None`` when not known."""
+        return self._keys.get(name)
+
+    def keep_key(self, name: str, key: int | None) -> None:
+        """Remember the graph's key (``None``: drop it)."""
+        if key is None:
+            self._keys.pop(name, None)
+            return
+        self._keys[name] = key
+        self._keys.move_to_end(name)
+        while len(self._keys) > _KEYS:
+            self._keys.popitem(last=False)
 
     def graph(self, name: str) -> GraphMemo:
         memo = self._graphs.get(name)
@@ -56,3 +73,4 @@ class Memo:
 
     def forget(self, name: str) -> None:
         self._graphs.pop(name, None)
+        self._keys.pop(name, None)

@@ -158,10 +158,11 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         up (see :func:`_graph_id`; ``None``: no such graph). Every query given a key
         also checks the name: a remembered key the name has left (its graph erased
         since) reads nothing, and the caller looks the key up again."""
-        memo = self._memo.graph(graph)
-        if memo.graph_id is None:
-            memo.graph_id = await _graph_id(conn, graph)
-        return memo.graph_id
+        key = self._memo.key(graph)
+        if key is None:
+            key = await _graph_id(conn, graph)
+            self._memo.keep_key(graph, key)
+        return key
 
     async def _checkpoints(
         self,
@@ -181,7 +182,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         the graph's key, when a remembered key reads nothing)."""
         rows: Sequence[Row] = []
         for _ in range(2):
-            remembered = self._memo.graph(graph).graph_id is not None
+            remembered = self._memo.key(graph) is not None
             graph_id = await self._graph_key(conn, graph)
             if graph_id is None:
                 break
@@ -207,7 +208,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 )
             if rows or not remembered:
                 break
-            self._memo.graph(graph).graph_id = None
+            self._memo.keep_key(graph, None)
         return load_checkpoints(self.serde, rows)
 
     async def _load(

@@ -58,7 +58,7 @@ def _listed(saver: CwstoreSaver, thread: str) -> list[list[Any]]:
 
 
 def _key(saver: CwstoreSaver, thread: str) -> int | None:
-    return saver._memo.graph(graph_name(thread, "")).graph_id
+    return saver._memo.key(graph_name(thread, ""))
 
 
 def test_a_key_the_name_has_left_reads_nothing_and_is_looked_up_again(db_dsn: str) -> None:
@@ -72,16 +72,16 @@ def test_a_key_the_name_has_left_reads_nothing_and_is_looked_up_again(db_dsn: st
         key_a, key_b = _key(reader, a), _key(reader, b)
         assert key_a is not None and key_b is not None and key_a != key_b
         # As if thread a's graph had been erased and its name placed at b's key since.
-        reader._memo.graph(graph_name(a, "")).graph_id = key_b
+        reader._memo.keep_key(graph_name(a, ""), key_b)
         assert _contents(reader, last_a) == ["a0", "a1", "a2"]
         assert _key(reader, a) == key_a
-        reader._memo.graph(graph_name(a, "")).graph_id = key_b
+        reader._memo.keep_key(graph_name(a, ""), key_b)
         assert _contents(reader, _config(a)) == ["a0", "a1", "a2"]
-        reader._memo.graph(graph_name(a, "")).graph_id = key_b
+        reader._memo.keep_key(graph_name(a, ""), key_b)
         assert _listed(reader, a) == [["a0", "a1", "a2"], ["a0", "a1"], ["a0"]]
         # A put whose heads are read by a key the name has left still extends a's chain.
         fresh = CwstoreSaver(store)
-        fresh._memo.graph(graph_name(a, "")).graph_id = key_b
+        fresh._memo.keep_key(graph_name(a, ""), key_b)
         kinds = [HumanMessage, AIMessage, HumanMessage, HumanMessage]
         messages: list[BaseMessage] = [
             cls(content=f"a{i}", id=f"{a}-{i}") for i, cls in enumerate(kinds)
