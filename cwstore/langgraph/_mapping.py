@@ -58,6 +58,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..drivers._protocol import Row
+from ..errors import DatabaseError
 
 __all__ = [
     "CP_KIND",
@@ -76,6 +77,8 @@ __all__ = [
 CP_KIND = "verification"
 """The kind of a checkpoint's node: no other node of a LangGraph graph has it, so the
 graph's checkpoints are listed from the per-kind index."""
+_MSG = "lg:msg:"
+"""The prefix of message chains' keys."""
 
 _MAX_SAFE = 2**53 - 1
 
@@ -225,18 +228,19 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-def message_from_dict(as_dict: Mapping[str, Any]) -> BaseMessage:
-    """The message LangChain's ``messages_from_dict`` rebuilds from ``message_to_dict``'s
-    dict, without validating it again when it can: a human, AI, system or tool message
-    whose dict holds exactly its class's fields is built as pydantic's
-    ``model_construct`` builds it (a stored message was dumped from a valid one, and
-    :func:`message_payload` stores a dict only when this function gives the message
-    back equal). Any other dict goes through ``messages_from_dict``. The message takes
-    ``as_dict["data"]`` as its own: the caller must not use that dict again."""
+def _plain_for(as_dict: Mapping[str, Any]) -> _Plain | None:
+    """The class of the message ``as_dict`` holds when :func:`_construct` may build it:
+    a human, AI, system or tool message whose data holds exactly its class's fields."""
     plain = _PLAIN.get(as_dict.get("type", ""))
     data = as_dict.get("data")
     if plain is None or type(data) is not dict or data.keys() != plain.fields:
-        return messages_from_dict([dict(as_dict)])[0]
+        return None
+    return plain
+
+
+def _construct(plain: _Plain, data: dict[str, Any]) -> BaseMessage:
+    """The message of class ``plain`` whose fields are ``data`` (taken as its own), built
+    as pydantic's ``model_construct`` builds it."""
     message = _new(plain.cls)
     _set(message, "__dict__", data)
     _set(message, "__pydantic_fields_set__", set(data))
@@ -245,10 +249,77 @@ def message_from_dict(as_dict: Mapping[str, Any]) -> BaseMessage:
     return message
 
 
+def message_from_dict(as_dict: Mapping[str, Any]) -> BaseMessage:
+    """The message LangChain's ``messages_from_dict`` rebuilds from ``message_to_dict``'s
+    dict, without validating it again when it can: a human, AI, system or tool message
+    whose dict holds exactly its class's fields is built as pydantic's
+    ``model_construct`` builds it (a stored message was dumped from a valid one, and
+    :func:`message_payload` stores a dict only when this function gives the message
+    back equal). Any other dict goes through ``messages_from_dict``. The message takes
+    ``as_dict["data"]`` as its own: the caller must not use that dict again."""
+    plain = _plain_for(as_dict)
+    if plain is None:
+        return messages_from_dict([dict(as_dict)])[0]
+    return _construct(plain, as_dict["data"])
+
+
 def message_from_payload(serde: SerializerProtocol, payload: Mapping[str, Any]) -> Any:
     if "message" in payload:
         return message_from_dict(payload["message"])
     return decode_value(serde, payload)
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a JSON value, its dicts and lists new all the way down."""
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
+
+
+class MessageMaker:
+    """Makes the value a message node's payload (its JSON text) holds, a new one each
+    call (a caller may change what it is given): the first from the parsed text, later
+    ones, for a plain message (see :func:`message_from_dict`), from a copy of its fields
+    parsed once more and kept. ``size`` is about what it holds in memory, in bytes."""
+
+    __slots__ = ("_data", "_made", "_nested", "_payload", "_plain", "_serde", "_text", "size")
+
+    def __init__(self, serde: SerializerProtocol, text: str) -> None:
+        self._serde = serde
+        self._text = text
+        self._made = False
+        self._payload: dict[str, Any] | None = None
+        self._plain: _Plain | None = None
+        self._data: dict[str, Any] = {}
+        self._nested: tuple[str, ...] = ()
+        self.size = 3 * len(text) + 200
+
+    def _keep(self, payload: dict[str, Any]) -> None:
+        message = payload.get("message")
+        if type(message) is dict and (plain := _plain_for(message)) is not None:
+            self._plain = plain
+            self._data = message["data"]
+            self._nested = tuple(k for k, v in self._data.items() if type(v) in (dict, list))
+        self._payload = payload
+        self._text = ""
+
+    def __call__(self) -> Any:
+        if self._payload is None:
+            payload = orjson.loads(self._text)
+            if not self._made:
+                self._made = True
+                return message_from_payload(self._serde, payload)
+            self._keep(payload)
+        plain = self._plain
+        if plain is None:
+            return message_from_payload(self._serde, _copy(self._payload))
+        data = self._data.copy()
+        for key in self._nested:
+            value = data[key]
+            data[key] = _copy(value) if value else type(value)()
+        return _construct(plain, data)
 
 
 class Ref(NamedTuple):
@@ -360,6 +431,17 @@ def dumps(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def message_makers(
+    serde: SerializerProtocol, nodes: Iterable[Mapping[str, Any]]
+) -> dict[str, MessageMaker]:
+    """The makers of the message nodes among ``nodes`` (a put's batch), by id."""
+    return {
+        n["id"]: MessageMaker(serde, dumps(n["payload"]))
+        for n in nodes
+        if str(n["resourceKey"]).startswith(_MSG)
+    }
+
+
 Heads = Mapping[str, tuple[str, int] | None]
 """A key's head (node id, version), ``None`` when the key has no version yet."""
 
@@ -408,7 +490,7 @@ class PutPlan:
         for channel, value, changed in self._channels():
             if is_message_list(value):
                 old = self.parent.messages.get(channel)
-                out.add(old.refs[-1].key if old and old.refs else _base_key("lg:msg:", channel))
+                out.add(old.refs[-1].key if old and old.refs else _base_key(_MSG, channel))
             elif changed or channel not in self.parent.values:
                 ref = self.parent.values.get(channel)
                 out.add(ref.key if ref else _base_key("lg:ch:", channel))
@@ -470,7 +552,7 @@ class PutPlan:
         refs: list[Ref] = []
         if keep < len(value):
             prev = old.refs[keep - 1] if keep else None
-            key, version, parents = self._next(heads, prev, _base_key("lg:msg:", channel))
+            key, version, parents = self._next(heads, prev, _base_key(_MSG, channel))
             for message in value[keep:]:
                 payload = message_payload(self.serde, channel, message)
                 node_id = self._node(message_kind(message), parents, payload, key, version)
@@ -515,52 +597,112 @@ class Loaded:
     write_batches: list[dict[str, Any]]
 
 
-def load_checkpoints(serde: SerializerProtocol, rows: Sequence[Row]) -> list[Loaded]:
-    """Decode the rows of the ``checkpoints`` query (columns ``seq``, ``part``, ``key``,
-    ``version``, ``last``, ``id``, ``payload_text``), in any order: the checkpoints
+def missing_runs(
+    stored: Sequence[Stored], known: Mapping[str, Any]
+) -> tuple[list[str], list[str], list[int]]:
+    """The runs of the checkpoints' message nodes not in ``known``, for the query
+    ``payloads``: for each, its key, its first node's id and its length."""
+    keys: list[str] = []
+    firsts: list[str] = []
+    counts: list[int] = []
+    seen: set[tuple[str, str]] = set()
+    for item in stored:
+        at = 0
+        for segs in item.payload["messages"].values():
+            for key, first, last in segs:
+                ids = item.message_ids[at : at + last - first + 1]
+                at += len(ids)
+                run = 0
+                for i, node_id in enumerate(ids):
+                    if node_id not in known:
+                        run += 1
+                        if i + 1 < len(ids) and ids[i + 1] not in known:
+                            continue
+                        start = ids[i + 1 - run]
+                        if (key, start) not in seen:
+                            seen.add((key, start))
+                            keys.append(key)
+                            firsts.append(start)
+                            counts.append(run)
+                        run = 0
+    return keys, firsts, counts
+
+
+@dataclass
+class Stored:
+    """A stored checkpoint as its rows name it, its messages' payloads not read yet:
+    the sequence and id of its node, the node's payload, its value nodes (ref and
+    payload text), its pending writes' payload texts (oldest first) and the ids of its
+    message nodes, every segment's in order."""
+
+    seq: int
+    node_id: str
+    payload: dict[str, Any]
+    values: list[tuple[Ref, str]]
+    writes: list[str]
+    message_ids: list[str]
+
+
+def read_checkpoints(rows: Sequence[Row]) -> list[Stored]:
+    """The checkpoints the rows of the ``checkpoints`` query name (columns ``seq``,
+    ``part``, ``key``, ``version``, ``last``, ``id``, ``payload_text``), in any order:
     newest first."""
     groups: dict[int, list[Row]] = {}
     for row in rows:
         groups.setdefault(row["seq"], []).append(row)
-    return [_load_checkpoint(serde, seq, groups[seq]) for seq in sorted(groups, reverse=True)]
+    return [_read_checkpoint(seq, groups[seq]) for seq in sorted(groups, reverse=True)]
 
 
-def _load_checkpoint(serde: SerializerProtocol, seq: int, rows: Sequence[Row]) -> Loaded:
+def _read_checkpoint(seq: int, rows: Sequence[Row]) -> Stored:
     """One checkpoint from its rows (see the ``checkpoints`` query): its node's payload
-    names its values and its message segments; every other payload is parsed at once."""
+    names its values and its message segments, each segment's row the ids of its nodes."""
     (head,) = [row for row in rows if row["part"] == -1]
     payload = orjson.loads(head["payload_text"])
-    values = [row for row in rows if row["part"] == 0]
+    values = [
+        (Ref(row["id"], row["key"], row["version"]), row["payload_text"])
+        for row in rows
+        if row["part"] == 0
+    ]
     writes = sorted((row for row in rows if row["part"] == 2), key=lambda row: row["version"])
     segments = {
-        (row["key"], row["version"], row["last"]): row["payload_text"]
-        for row in rows
-        if row["part"] == 1
+        (row["key"], row["version"], row["last"]): row["id"] for row in rows if row["part"] == 1
     }
-    texts = [row["payload_text"] for row in values] + [row["payload_text"] for row in writes]
+    message_ids: list[str] = []
     for segs in payload["messages"].values():
-        texts += [segments[key, first, last] for key, first, last in segs]
-    # One parse for every payload (a segment's are joined already, each node's id
-    # before it): about half the time of one parse each.
-    nodes = orjson.loads("[" + ",".join(texts) + "]")
-    by_id = {
-        row["id"]: (Ref(row["id"], row["key"], row["version"]), node)
-        for row, node in zip(values, nodes, strict=False)
-    }
-    at = len(values) + len(writes)
-    state = CheckpointState(head["id"])
+        for key, first, last in segs:
+            ids = (segments.get((key, first, last)) or "").split(",")
+            if len(ids) != last - first + 1:
+                raise DatabaseError(
+                    f"checkpoint node {head['id']}: {len(ids)} nodes read of versions "
+                    f"{first}..{last} of {key}"
+                )
+            message_ids += ids
+    return Stored(
+        seq, head["id"], payload, values, [row["payload_text"] for row in writes], message_ids
+    )
+
+
+def load_checkpoint(
+    serde: SerializerProtocol, stored: Stored, messages: Mapping[str, MessageMaker]
+) -> Loaded:
+    """A checkpoint read back, each of its messages made by ``messages`` (by node id:
+    every one of ``stored.message_ids``)."""
+    # One parse for the other payloads: about half the time of one parse each.
+    nodes = orjson.loads("[" + ",".join([t for _, t in stored.values] + stored.writes) + "]")
+    state = CheckpointState(stored.node_id)
     channel_values: dict[str, Any] = {}
-    for channel, nid in payload["values"].items():
+    by_id = {ref.node_id: (ref, node) for (ref, _), node in zip(stored.values, nodes, strict=False)}
+    for channel, nid in stored.payload["values"].items():
         ref, node = by_id[nid]
         channel_values[channel] = decode_value(serde, node)
         state.values[channel] = ref
-    for channel, segs in payload["messages"].items():
+    at = 0
+    for channel, segs in stored.payload["messages"].items():
         lst = state.messages[channel] = MessageList([], [])
         for key, first, last in segs:
-            members = nodes[at : at + 2 * (last - first + 1)]
-            at += len(members)
-            lst.messages += [message_from_payload(serde, node) for node in members[1::2]]
-            lst.refs += map(Ref, members[0::2], repeat(key), range(first, last + 1))
+            ids = stored.message_ids[at : at + last - first + 1]
+            at += len(ids)
+            lst.messages += [messages[node_id]() for node_id in ids]
+            lst.refs += map(Ref, ids, repeat(key), range(first, last + 1))
         channel_values[channel] = list(lst.messages)
-    batches = nodes[len(values) : len(values) + len(writes)]
-    return Loaded(seq, payload, channel_values, state, batches)
+    return Loaded(stored.seq, stored.payload, channel_values, state, nodes[len(stored.values) :])

@@ -1,9 +1,11 @@
 """What a saver remembers of the graphs it wrote, so a put in a running thread reads
 nothing back: the states of the last checkpoints it stored and the heads of the keys it
-knows; and the key of each graph it used, so a read makes one query. Only a hint: a put
-that finds it stale (another process moved a key on) gets a chain conflict from the
-database, forgets the graph and plans again from what is stored; a read by a key the
-graph's name has left reads nothing, and looks the key up again."""
+knows; the key of each graph it used, so a read makes one query; and the messages it
+wrote or read (their makers), so a read fetches only the messages it has not seen (a
+node's id is the hash of its content, so a message remembered for an id never goes
+stale). Only a hint: a put that finds it stale (another process moved a key on) gets a
+chain conflict from the database, forgets the graph and plans again from what is stored;
+a read by a key the graph's name has left reads nothing, and looks the key up again."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ._mapping import CheckpointState
+from ._mapping import CheckpointState, MessageMaker
 
 __all__ = ["GraphMemo", "Memo"]
 
 _STATES = 8
 _GRAPHS = 512
 _KEYS = 4096
+MESSAGE_BYTES = 32 * 1024 * 1024
+"""The default bound of the messages a saver remembers (about, in bytes)."""
 
 
 @dataclass
@@ -43,9 +47,12 @@ class Memo:
     them, and (apart, so that reading many threads does not push out what a put needs)
     their keys."""
 
-    def __init__(self) -> None:
+    def __init__(self, message_bytes: int = MESSAGE_BYTES) -> None:
         self._graphs: OrderedDict[str, GraphMemo] = OrderedDict()
         self._keys: OrderedDict[str, int] = OrderedDict()
+        self._messages: OrderedDict[str, dict[str, MessageMaker]] = OrderedDict()
+        self._message_bytes = 0
+        self._message_limit = message_bytes
 
     def key(self, name: str) -> int | None:
         """The graph's key as last found, ``None`` when not known."""
@@ -71,6 +78,42 @@ class Memo:
             self._graphs.move_to_end(name)
         return memo
 
+    def messages(self, name: str) -> Mapping[str, MessageMaker]:
+        """The messages remembered of the graph, by node id."""
+        messages = self._messages.get(name)
+        if messages is None:
+            return {}
+        self._messages.move_to_end(name)
+        return messages
+
+    def keep_messages(self, name: str, makers: Mapping[str, MessageMaker]) -> None:
+        """Remember messages of the graph, within the bound: the least recently used
+        graphs' are dropped first; past it, a graph's messages are not kept."""
+        if self._message_limit <= 0 or not makers:
+            return
+        kept = self._messages.get(name)
+        if kept is None:
+            kept = self._messages[name] = {}
+        self._messages.move_to_end(name)
+        for node_id, maker in makers.items():
+            if node_id in kept:
+                continue
+            while (
+                self._message_bytes + maker.size > self._message_limit
+                and next(iter(self._messages)) != name
+            ):
+                self._drop_messages(next(iter(self._messages)))
+            if self._message_bytes + maker.size > self._message_limit:
+                return
+            kept[node_id] = maker
+            self._message_bytes += maker.size
+
+    def _drop_messages(self, name: str) -> None:
+        messages = self._messages.pop(name, None) or {}
+        self._message_bytes -= sum(m.size for m in messages.values())
+
     def forget(self, name: str) -> None:
+        """Forget the graph: what was written, its key, its messages."""
         self._graphs.pop(name, None)
         self._keys.pop(name, None)
+        self._drop_messages(name)

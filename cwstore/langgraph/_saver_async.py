@@ -14,7 +14,7 @@ The saver is written once: ``tools/async_to_sync.py`` generates
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from importlib import resources
 from typing import Any, LiteralString, Self
@@ -33,25 +33,30 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _sql
 from .._migrate_async import migrate_dsn
-from ..drivers._protocol import AsyncConnection, Row
-from ..errors import ChainConflictError, UnknownGraphError
+from ..drivers._protocol import AsyncConnection
+from ..errors import ChainConflictError, DatabaseError, UnknownGraphError
 from ..store_async import AsyncStore, connect
 from ._mapping import (
     CP_KIND,
     CheckpointState,
     Loaded,
+    MessageMaker,
     PutPlan,
+    Stored,
     checkpoint_key,
     decode_value,
     encode_value,
     fold_writes,
     graph_name,
-    load_checkpoints,
+    load_checkpoint,
+    message_makers,
+    missing_runs,
+    read_checkpoints,
     thread_prefix,
     write_index,
     writes_key,
 )
-from ._memo import Memo
+from ._memo import MESSAGE_BYTES, Memo
 
 __all__ = ["AsyncCwstoreSaver"]
 
@@ -126,15 +131,25 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     serde:
         LangGraph's serializer for values JSON cannot hold exactly (default: its
         ``JsonPlusSerializer``).
+    message_cache_bytes:
+        About how much memory the messages the saver wrote or read may take (32 MiB by
+        default; 0: none are kept), so that reading a checkpoint fetches only the
+        messages it has not seen; a thread it deletes, it forgets.
 
     Errors are cwstore's (:class:`cwstore.Error`), e.g. :class:`cwstore.DatabaseError`
     when the server cannot be reached.
     """
 
-    def __init__(self, store: AsyncStore, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(
+        self,
+        store: AsyncStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        message_cache_bytes: int = MESSAGE_BYTES,
+    ) -> None:
         super().__init__(serde=serde)
         self.store = store
-        self._memo = Memo()
+        self._memo = Memo(message_cache_bytes)
 
     @classmethod
     @asynccontextmanager
@@ -178,14 +193,14 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         """The checkpoint ``checkpoint_id`` names in the graph ``graph``, or (``None``)
         the graph's checkpoints newest first, stored before sequence ``below``, before
         the checkpoint id ``before``, whose metadata holds ``wanted`` (JSON text), at
-        most ``limit``; one query, values and messages included (two, and a look-up of
-        the graph's key, when a remembered key reads nothing)."""
-        rows: Sequence[Row] = []
-        for _ in range(2):
+        most ``limit``; one query, values included, and one for the messages this saver
+        has not seen (again, and a look-up of the graph's key, when a remembered key
+        reads nothing or the graph was erased between the two)."""
+        for _ in range(3):
             remembered = self._memo.key(graph) is not None
             graph_id = await self._graph_key(conn, graph)
             if graph_id is None:
-                break
+                return []
             if checkpoint_id is not None:
                 rows = await conn.fetch(
                     _ROWS["checkpoint"],
@@ -206,10 +221,30 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                     wanted,
                     limit,
                 )
-            if rows or not remembered:
-                break
-            self._memo.keep_key(graph, None)
-        return load_checkpoints(self.serde, rows)
+            if not rows and not remembered:
+                return []
+            stored = read_checkpoints(rows)
+            messages = await self._messages(conn, graph, graph_id, stored)
+            if rows and messages is not None:
+                return [load_checkpoint(self.serde, item, messages) for item in stored]
+            self._memo.forget(graph)
+        raise DatabaseError(f"{graph}: erased and written again while read, three times")
+
+    async def _messages(
+        self, conn: AsyncConnection, graph: str, graph_id: int, stored: Sequence[Stored]
+    ) -> Mapping[str, MessageMaker] | None:
+        """The messages of the checkpoints: those remembered, the others read (and
+        remembered); ``None`` when one is gone (the graph erased)."""
+        known = self._memo.messages(graph)
+        if all(i in known for item in stored for i in item.message_ids):
+            return known
+        keys, firsts, counts = missing_runs(stored, known)
+        rows = await conn.fetch(_q("payloads"), graph_id, graph, keys, firsts, counts)
+        found = {str(r["id"]): MessageMaker(self.serde, str(r["payload_text"])) for r in rows}
+        if any(i not in known and i not in found for item in stored for i in item.message_ids):
+            return None
+        self._memo.keep_messages(graph, found)
+        return {**known, **found}
 
     async def _load(
         self, conn: AsyncConnection, graph: str, checkpoint_id: str | None
@@ -313,6 +348,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 self._memo.forget(graph)
                 continue
             memo.wrote(checkpoint["id"], plan.state, plan.written)
+            self._memo.keep_messages(graph, message_makers(self.serde, plan.nodes))
             break
         else:
             raise ChainConflictError(graph=graph)

@@ -14,9 +14,10 @@
 -- rather than the server sorting every payload): checkpoint seq, part, key, version,
 -- last, node id, payload text. Per checkpoint: part -1, its own node; part 0, each
 -- value node its "values" names, with its key and version; part 1, each segment of a
--- message chain its "messages" names (key, first and last version), its nodes as JSON
--- array members, each node's id then its payload, oldest first; part 2, each version of
--- its pending writes' key ($3 || its checkpoint id).
+-- message chain its "messages" names (key, first and last version), the ids of its
+-- nodes, oldest first, comma-separated (the reader reads by "payloads" those it does
+-- not hold already); part 2, each version of its pending writes' key
+-- ($3 || its checkpoint id).
 SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
   FROM ({checkpoints}) c
   JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
@@ -38,18 +39,23 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                          LIMIT 1) v ON true
         UNION ALL
         -- One set-returning function over the segments (not one per channel, then one
-        -- per segment): its row estimate keeps the plan's cost, and so JIT, down.
-        SELECT 1, s.seg ->> 0, (s.seg ->> 1)::int, (s.seg ->> 2)::int, NULL,
-               (SELECT string_agg('"' || n.id || '",' || n.payload_text, ','
-                                  ORDER BY v.node_seq)
-                  FROM (SELECT v.node_seq FROM cwstore.key_versions v
-                         WHERE v.graph_id = $1::bigint AND v.key = s.seg ->> 0
-                           AND v.version BETWEEN (s.seg ->> 1)::int AND (s.seg ->> 2)::int
-                         ORDER BY v.node_seq
-                         LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) v
-                  JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
-                                 WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
-                                 LIMIT 1) n ON true)
+        -- per segment): its row estimate keeps the plan's cost, and so JIT, down. A
+        -- segment's nodes are the nodes of its key from its first version's on, in
+        -- order: one range scan of nodes_key_idx, which holds their ids.
+        SELECT 1, s.seg ->> 0, (s.seg ->> 1)::int, (s.seg ->> 2)::int,
+               (SELECT string_agg(n.id, ',' ORDER BY n.seq)
+                  FROM (SELECT n.seq, n.id FROM cwstore.nodes n
+                         WHERE n.graph_id = $1::bigint
+                           AND n.resource_key = (s.seg ->> 0) COLLATE "C"
+                           AND n.seq >= (SELECT v.node_seq FROM cwstore.key_versions v
+                                          WHERE v.graph_id = $1::bigint
+                                            AND v.key = s.seg ->> 0
+                                            AND v.version >= (s.seg ->> 1)::int
+                                          ORDER BY v.node_seq
+                                          LIMIT 1)
+                         ORDER BY n.seq
+                         LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) n),
+               NULL
           FROM jsonb_array_elements(jsonb_path_query_array(cp.head, '$.messages.*[*]')) s(seg)
         UNION ALL
         SELECT 2, NULL, v.version, NULL, n.id, n.payload_text
@@ -59,6 +65,24 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                          LIMIT 1) n ON true
          WHERE v.graph_id = $1::bigint
            AND v.key = $3::text || (cp.head ->> 'checkpoint_id')) p
+
+-- name: payloads
+-- The nodes (id, payload_text) of runs of message chains in graph $1 (graph_id) named $2
+-- (none when the graph at that key is not named $2): run i is $5[i] nodes of the key
+-- $3[i] from the node whose id is $4[i] on, oldest first (one range scan of
+-- nodes_key_idx each). Rows in no order.
+SELECT n.id, n.payload_text
+  FROM unnest($3::text[], $4::text[], $5::int[]) r(key, first_id, count)
+  JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
+  JOIN LATERAL (SELECT f.seq FROM cwstore.nodes f
+                 WHERE f.graph_id = $1::bigint AND f.id = r.first_id COLLATE "C"
+                 LIMIT 1) f ON true
+  JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
+                 WHERE n.graph_id = $1::bigint
+                   AND n.resource_key = r.key COLLATE "C"
+                   AND n.seq >= f.seq
+                 ORDER BY n.seq
+                 LIMIT r.count) n ON true
 
 -- name: checkpoint
 -- The checkpoint of graph $1 (graph_id) whose key is $4 (lg:cp:<id>), for

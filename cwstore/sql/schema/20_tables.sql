@@ -89,6 +89,10 @@ COMMENT ON TABLE cwstore.nodes IS
   'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid orders the all-graphs feed: the writing transaction''s 64-bit id, raised when needed to the graph''s previous node''s so it never goes back within a graph (append_v1 does this; see tail_all).';
 
 CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at);
+-- A key's versions in order, with their ids: a run of versions (a LangGraph message
+-- list, a key's history) is one index range scan, not a descent per version.
+CREATE INDEX nodes_key_idx ON cwstore.nodes (graph_id, resource_key, seq)
+  INCLUDE (id) WHERE resource_key IS NOT NULL;
 -- Transactions write their rows together and xids grow with time, so a block-range
 -- index finds "rows after this xid" at almost no cost to writers.
 CREATE INDEX nodes_xid_idx ON cwstore.nodes USING brin (xid) WITH (autosummarize = on);
