@@ -815,6 +815,7 @@ def bench_savers(admin: str, sizes: Sizes) -> list[Row]:
         row("bytes", "bytes", 0.10, lambda v: mb(int(v))),
         row("put p50", "put_p50_ms", 0.50, lambda v: f"{v:.2f} ms"),
         row("past checkpoint read p50", "read_p50_ms", 0.50, lambda v: f"{v:.2f} ms"),
+        row("same, each by a new saver, p50", "first_read_p50_ms", 1.00, lambda v: f"{v:.2f} ms"),
     ]
 
 
