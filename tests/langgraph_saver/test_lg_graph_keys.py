@@ -9,37 +9,22 @@ import uuid
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.checkpoint.base.id import uuid6
+from support.langgraph import put_messages, thread_config
 
 import cwstore
 from cwstore.langgraph import CwstoreSaver
 from cwstore.langgraph._mapping import graph_name
 
 
-def _config(thread: str) -> Any:
-    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-
-
-def _put(saver: CwstoreSaver, config: Any, messages: list[BaseMessage], version: int) -> Any:
-    checkpoint: Any = {
-        **empty_checkpoint(),
-        "id": str(uuid6(clock_seq=-1)),
-        "channel_values": {"messages": messages},
-        "channel_versions": {"messages": version},
-    }
-    return saver.put(config, checkpoint, {"source": "loop", "step": version}, {"messages": version})
-
-
 def _thread(saver: CwstoreSaver, thread: str, words: list[str]) -> tuple[Any, list[BaseMessage]]:
     """A thread of one checkpoint per word, each adding a message; its last config and
     messages."""
-    config: Any = _config(thread)
+    config: Any = thread_config(thread)
     messages: list[BaseMessage] = []
     for i, word in enumerate(words):
         cls = HumanMessage if i % 2 == 0 else AIMessage
         messages = [*messages, cls(content=word, id=f"{thread}-{i}")]
-        config = _put(saver, config, messages, i + 1)
+        config = put_messages(saver, config, messages, i + 1)
     return config, messages
 
 
@@ -53,7 +38,7 @@ def _contents(saver: CwstoreSaver, config: Any) -> list[Any] | None:
 def _listed(saver: CwstoreSaver, thread: str) -> list[list[Any]]:
     return [
         [m.content for m in t.checkpoint["channel_values"]["messages"]]
-        for t in saver.list(_config(thread))
+        for t in saver.list(thread_config(thread))
     ]
 
 
@@ -67,7 +52,7 @@ def test_a_key_the_name_has_left_reads_nothing_and_is_looked_up_again(db_dsn: st
         writer, reader = CwstoreSaver(store), CwstoreSaver(store)
         last_a, _ = _thread(writer, a, ["a0", "a1", "a2"])
         _thread(writer, b, ["b0", "b1"])
-        assert _contents(reader, _config(b)) == ["b0", "b1"]
+        assert _contents(reader, thread_config(b)) == ["b0", "b1"]
         assert _contents(reader, last_a) == ["a0", "a1", "a2"]
         key_a, key_b = _key(reader, a), _key(reader, b)
         assert key_a is not None and key_b is not None and key_a != key_b
@@ -76,7 +61,7 @@ def test_a_key_the_name_has_left_reads_nothing_and_is_looked_up_again(db_dsn: st
         assert _contents(reader, last_a) == ["a0", "a1", "a2"]
         assert _key(reader, a) == key_a
         reader._memo.keep_key(graph_name(a, ""), key_b)
-        assert _contents(reader, _config(a)) == ["a0", "a1", "a2"]
+        assert _contents(reader, thread_config(a)) == ["a0", "a1", "a2"]
         reader._memo.keep_key(graph_name(a, ""), key_b)
         assert _listed(reader, a) == [["a0", "a1", "a2"], ["a0", "a1"], ["a0"]]
         # A put whose heads are read by a key the name has left still extends a's chain.
@@ -86,9 +71,9 @@ def test_a_key_the_name_has_left_reads_nothing_and_is_looked_up_again(db_dsn: st
         messages: list[BaseMessage] = [
             cls(content=f"a{i}", id=f"{a}-{i}") for i, cls in enumerate(kinds)
         ]
-        last = _put(fresh, last_a, messages, 4)
+        last = put_messages(fresh, last_a, messages, 4)
         assert _contents(CwstoreSaver(store), last) == ["a0", "a1", "a2", "a3"]
-        assert _contents(reader, _config(b)) == ["b0", "b1"]
+        assert _contents(reader, thread_config(b)) == ["b0", "b1"]
 
 
 def test_a_remembered_key_of_an_erased_thread_reads_what_is_there_now(db_dsn: str) -> None:
@@ -100,9 +85,9 @@ def test_a_remembered_key_of_an_erased_thread_reads_what_is_there_now(db_dsn: st
         assert _key(reader, thread) is not None
         writer.delete_thread(thread)
         assert _contents(reader, last) is None
-        assert _contents(reader, _config(thread)) is None
+        assert _contents(reader, thread_config(thread)) is None
         assert _listed(reader, thread) == []
         again, _ = _thread(writer, thread, ["y0"])
-        assert _contents(reader, _config(thread)) == ["y0"]
+        assert _contents(reader, thread_config(thread)) == ["y0"]
         assert _contents(reader, again) == ["y0"]
         assert _contents(reader, last) is None

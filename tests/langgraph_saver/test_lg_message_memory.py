@@ -9,32 +9,17 @@ import uuid
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.checkpoint.base.id import uuid6
+from support.langgraph import put_messages, thread_config
 
 import cwstore
 from cwstore.langgraph import CwstoreSaver
 from cwstore.langgraph._mapping import Stored, graph_name, missing_runs
 
 
-def _config(thread: str) -> Any:
-    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-
-
-def _put(saver: CwstoreSaver, config: Any, messages: list[BaseMessage], version: int) -> Any:
-    checkpoint: Any = {
-        **empty_checkpoint(),
-        "id": str(uuid6(clock_seq=-1)),
-        "channel_values": {"messages": messages},
-        "channel_versions": {"messages": version},
-    }
-    return saver.put(config, checkpoint, {"source": "loop", "step": version}, {"messages": version})
-
-
 def _thread(saver: CwstoreSaver, thread: str, n: int, start: Any = None) -> list[Any]:
     """``n`` checkpoints, each adding a message (an AI one with a tool call and usage
     metadata every other step); their configs."""
-    config = start or _config(thread)
+    config = start or thread_config(thread)
     found = saver.get_tuple(config) if start else None
     messages: list[BaseMessage] = (
         list(found.checkpoint["channel_values"]["messages"]) if found else []
@@ -54,7 +39,7 @@ def _thread(saver: CwstoreSaver, thread: str, n: int, start: Any = None) -> list
             )
         )
         messages = [*messages, message]
-        config = _put(saver, config, messages, i + 1)
+        config = put_messages(saver, config, messages, i + 1)
         configs.append(config)
     return configs
 
