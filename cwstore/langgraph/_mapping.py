@@ -601,31 +601,28 @@ def missing_runs(
     stored: Sequence[Stored], known: Mapping[str, Any]
 ) -> tuple[list[str], list[str], list[int]]:
     """The runs of the checkpoints' message nodes not in ``known``, for the query
-    ``payloads``: for each, its key, its first node's id and its length."""
-    keys: list[str] = []
-    firsts: list[str] = []
-    counts: list[int] = []
-    seen: set[tuple[str, str]] = set()
+    ``payloads``: for each, its key, its first node's id and its length (of runs from
+    the same node, the longest: it holds the others)."""
+    runs: dict[tuple[str, str], int] = {}
+
+    def end(key: str, start: str | None, count: int) -> None:
+        if start is not None:
+            runs[key, start] = max(runs.get((key, start), 0), count)
+
     for item in stored:
-        at = 0
-        for segs in item.payload["messages"].values():
-            for key, first, last in segs:
-                ids = item.message_ids[at : at + last - first + 1]
-                at += len(ids)
-                run = 0
-                for i, node_id in enumerate(ids):
-                    if node_id not in known:
-                        run += 1
-                        if i + 1 < len(ids) and ids[i + 1] not in known:
-                            continue
-                        start = ids[i + 1 - run]
-                        if (key, start) not in seen:
-                            seen.add((key, start))
-                            keys.append(key)
-                            firsts.append(start)
-                            counts.append(run)
-                        run = 0
-    return keys, firsts, counts
+        for _, key, _, _, ids in item.segments():
+            start: str | None = None
+            count = 0
+            for node_id in ids:
+                if node_id in known:
+                    end(key, start, count)
+                    start = None
+                elif start is None:
+                    start, count = node_id, 1
+                else:
+                    count += 1
+            end(key, start, count)
+    return [k for k, _ in runs], [i for _, i in runs], list(runs.values())
 
 
 @dataclass
@@ -641,6 +638,19 @@ class Stored:
     values: list[tuple[Ref, str]]
     writes: list[str]
     message_ids: list[str]
+
+    def segments(self) -> list[tuple[str, str, int, int, list[str]]]:
+        """Each segment of each messages channel, in order: channel, key, first and
+        last version, node ids."""
+        out = []
+        at = 0
+        for channel, segs in self.payload["messages"].items():
+            for key, first, last in segs:
+                out.append(
+                    (channel, key, first, last, self.message_ids[at : at + last - first + 1])
+                )
+                at += last - first + 1
+        return out
 
 
 def read_checkpoints(rows: Sequence[Row]) -> list[Stored]:
@@ -670,7 +680,8 @@ def _read_checkpoint(seq: int, rows: Sequence[Row]) -> Stored:
     message_ids: list[str] = []
     for segs in payload["messages"].values():
         for key, first, last in segs:
-            ids = (segments.get((key, first, last)) or "").split(",")
+            text = segments.get((key, first, last))
+            ids = text.split(",") if text else []
             if len(ids) != last - first + 1:
                 raise DatabaseError(
                     f"checkpoint node {head['id']}: {len(ids)} nodes read of versions "
@@ -696,13 +707,12 @@ def load_checkpoint(
         ref, node = by_id[nid]
         channel_values[channel] = decode_value(serde, node)
         state.values[channel] = ref
-    at = 0
-    for channel, segs in stored.payload["messages"].items():
-        lst = state.messages[channel] = MessageList([], [])
-        for key, first, last in segs:
-            ids = stored.message_ids[at : at + last - first + 1]
-            at += len(ids)
-            lst.messages += [messages[node_id]() for node_id in ids]
-            lst.refs += map(Ref, ids, repeat(key), range(first, last + 1))
+    for channel in stored.payload["messages"]:
+        state.messages[channel] = MessageList([], [])
+    for channel, key, first, last, ids in stored.segments():
+        lst = state.messages[channel]
+        lst.messages += [messages[node_id]() for node_id in ids]
+        lst.refs += map(Ref, ids, repeat(key), range(first, last + 1))
+    for channel, lst in state.messages.items():
         channel_values[channel] = list(lst.messages)
     return Loaded(stored.seq, stored.payload, channel_values, state, nodes[len(stored.values) :])

@@ -224,11 +224,14 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                     wanted,
                     limit,
                 )
-            if not rows and not remembered:
-                return []
+            if not rows:
+                if not remembered:
+                    return []
+                self._memo.keep_key(graph, None)
+                continue
             stored = read_checkpoints(rows)
             messages = self._messages(conn, graph, graph_id, stored)
-            if rows and messages is not None:
+            if messages is not None:
                 return [load_checkpoint(self.serde, item, messages) for item in stored]
             self._memo.forget(graph)
         raise DatabaseError(f"{graph}: erased and written again while read, three times")

@@ -87,6 +87,24 @@ def test_a_read_fetches_what_another_saver_wrote_since(db_dsn: str) -> None:
         assert len(reader._memo.messages(graph_name(thread, ""))) == 6
 
 
+def test_a_new_saver_lists_a_thread_as_its_writer_does(db_dsn: str) -> None:
+    """A listing names many checkpoints whose segments overlap: each message is read once,
+    and every checkpoint gets all of its own."""
+    thread = "mem-" + uuid.uuid4().hex[:8]
+    with cwstore.connect_sync(db_dsn) as store:
+        writer = CwstoreSaver(store)
+        _thread(writer, thread, 7)
+        listed = [
+            t.checkpoint["channel_values"]["messages"] for t in writer.list(thread_config(thread))
+        ]
+        reader = CwstoreSaver(store)
+        assert [
+            t.checkpoint["channel_values"]["messages"] for t in reader.list(thread_config(thread))
+        ] == listed
+        assert [len(m) for m in listed] == [7, 6, 5, 4, 3, 2, 1]
+        assert len(reader._memo.messages(graph_name(thread, ""))) == 7
+
+
 def test_memory_stays_within_its_bound(db_dsn: str) -> None:
     threads = ["mem-" + uuid.uuid4().hex[:8] for _ in range(3)]
     with cwstore.connect_sync(db_dsn) as store:
@@ -126,3 +144,9 @@ def test_missing_runs_name_each_run_of_unknown_messages_once() -> None:
     assert missing_runs([item], known) == (["k", "k", "k@x"], ["b", "d", "e"], [1, 1, 1])
     assert missing_runs([item, item], {i: 1 for i in ids}) == ([], [], [])
     assert missing_runs([item, item], {"a": 1}) == (["k", "k@x"], ["b", "e"], [3, 2])
+    shorter = _stored(["a", "b"], [["k", 1, 2]])
+    assert missing_runs([shorter, _stored(["a", "b", "c"], [["k", 1, 3]])], {}) == (
+        ["k"],
+        ["a"],
+        [3],
+    )
