@@ -247,10 +247,11 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         keys, firsts, counts = missing_runs(stored, known)
         rows = conn.fetch(_q("payloads"), graph_id, graph, keys, firsts, counts)
         found = {str(r["id"]): MessageMaker(self.serde, str(r["payload_text"])) for r in rows}
-        if any(i not in known and i not in found for item in stored for i in item.message_ids):
+        wanted = {i for item in stored for i in item.message_ids}
+        if any(i not in known and i not in found for i in wanted):
             return None
         self._memo.keep_messages(graph, found)
-        return {**known, **found}
+        return {i: found[i] if i in found else known[i] for i in wanted}
 
     def _load(self, conn: Connection, graph: str, checkpoint_id: str | None) -> Loaded | None:
         found = self._checkpoints(conn, graph, checkpoint_id, limit=1)
