@@ -8,12 +8,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from support.langgraph import put_messages, thread_config
 
 import cwstore
+from cwstore.errors import DatabaseError
 from cwstore.langgraph import CwstoreSaver
-from cwstore.langgraph._mapping import Stored, graph_name, missing_runs
+from cwstore.langgraph._mapping import Stored, graph_name, missing_runs, read_checkpoints
 
 
 def _thread(saver: CwstoreSaver, thread: str, n: int, start: Any = None) -> list[Any]:
@@ -150,3 +152,38 @@ def test_missing_runs_name_each_run_of_unknown_messages_once() -> None:
         ["a"],
         [3],
     )
+
+
+def _rows(segment_ids: str | None) -> list[dict[str, Any]]:
+    head = '{"checkpoint_id":"c","values":{},"messages":{"messages":[["k",1,2]]}}'
+    rows: list[dict[str, Any]] = [
+        {
+            "seq": 5,
+            "part": -1,
+            "key": None,
+            "version": 0,
+            "last": None,
+            "id": "cw_h",
+            "payload_text": head,
+        },
+    ]
+    if segment_ids is not None:
+        rows.append(
+            {
+                "seq": 5,
+                "part": 1,
+                "key": "k",
+                "version": 1,
+                "last": 2,
+                "id": segment_ids,
+                "payload_text": None,
+            }
+        )
+    return rows
+
+
+def test_a_segment_not_read_whole_is_refused() -> None:
+    assert read_checkpoints(_rows("cw_a,cw_b"))[0].message_ids == ["cw_a", "cw_b"]  # type: ignore[arg-type]
+    for ids in ("cw_a", "cw_a,cw_b,cw_c", "", None):
+        with pytest.raises(DatabaseError, match=r"versions 1\.\.2 of k"):
+            read_checkpoints(_rows(ids))  # type: ignore[arg-type]
