@@ -51,6 +51,16 @@ def check_expected_length(expected_length: object) -> int | None:
     return cast(int | None, expected_length)
 
 
+def check_incarnation(incarnation: object) -> int | None:
+    """``None`` or a graph's life (:attr:`GraphInfo.incarnation`, from 0 to 2**63 - 1),
+    else :class:`InputError`."""
+    if incarnation is not None and not _is_count(incarnation):
+        raise InputError(
+            f"incarnation must be None or an integer from 0 to 2**63 - 1, got {incarnation!r}"
+        )
+    return cast(int | None, incarnation)
+
+
 def check_key(key: object) -> str:
     """A resource or semantic key: a non-empty string PostgreSQL text can hold (no
     U+0000, no lone surrogate), else :class:`InputError`."""

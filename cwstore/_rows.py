@@ -40,6 +40,7 @@ def graph_info(row: Row) -> GraphInfo:
         None if vocabulary is None else tuple(vocabulary),
         row["created_at"],
         row["tenant"],
+        int(row["incarnation"]),
     )
 
 

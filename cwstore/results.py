@@ -180,13 +180,16 @@ def _ref_obj(ref: NodeRef | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class GraphInfo:
-    """A graph's name, length, semantic vocabulary (``None`` = dynamic) and tenant."""
+    """A graph's name, length, semantic vocabulary (``None`` = dynamic), tenant and
+    life: ``incarnation`` tells this graph from a later one of the same name (after an
+    erasure); :meth:`AsyncStore.append` can name it, to write this life or nothing."""
 
     name: str
     length: int
     vocabulary: tuple[str, ...] | None
     created_at: datetime
     tenant: str = "default"
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True, order=True)

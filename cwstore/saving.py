@@ -96,20 +96,23 @@ class ReadFrontier:
 
 @dataclass(frozen=True, slots=True)
 class AppendNodes:
-    """Append ``nodes`` (runtime JSON objects) at ``expected_length`` and declare
+    """Append ``nodes`` (runtime JSON objects) at ``expected_length`` to life
+    ``incarnation`` of the graph (``None``: whichever, created if need be) and declare
     ``frontier``."""
 
     nodes: list[Any]
     expected_length: int
     frontier: list[Any]
+    incarnation: int | None
 
 
 @dataclass(frozen=True, slots=True)
 class StoredGraph:
-    """The answer to :class:`ReadGraph`: the graph's id and length."""
+    """The answer to :class:`ReadGraph`: the graph's id, length and life."""
 
     id: Any
     length: int
+    incarnation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,17 +173,23 @@ def _save(memory: SaveMemory, graph: str, state: Any, expected_length: int | Non
     same = memory.unchanged(graph, todo, expected_length)
     if same is not None:
         found: StoredGraph | None = yield ReadGraph()
-        if found is not None and found.length == same.length:
+        if (
+            found is not None
+            and found.length == same.length
+            and found.incarnation == same.incarnation
+        ):
             current: list[str] = yield ReadFrontier(found.id)
             if current != list(todo.frontier):
-                yield AppendNodes(todo.objects(-1), same.length, todo.frontier)
+                yield AppendNodes(todo.objects(-1), same.length, todo.frontier, same.incarnation)
             return []
         memory.forget(graph)
     known = memory.usable(graph, todo, expected_length)
     if known is not None:
         new = check_suffix(todo, known)
         try:
-            appended: Appended = yield AppendNodes(new, known.length, todo.frontier)
+            appended: Appended = yield AppendNodes(
+                new, known.length, todo.frontier, known.incarnation
+            )
         except (ConflictError, GraphErasedError, ValidationError):
             pass  # refused by an erased graph (see the module): compare what is stored now
         else:
@@ -196,6 +205,7 @@ def _save_cold(
 ) -> _Steps:
     found: StoredGraph | None = yield ReadGraph()
     stored = check_stored_length(graph, todo, found.length if found else 0, expected_length)
+    life = found.incarnation if found else None
     if stored and found is not None:
         ids = todo.plain_ids(stored)
         if ids is None:
@@ -206,16 +216,16 @@ def _save_cold(
         if stored == len(todo):
             current: list[str] = yield ReadFrontier(found.id)
             if current == list(todo.frontier):
-                memory.remember(graph, SavedPrefix.of_state(todo, stored))
+                memory.remember(graph, SavedPrefix.of_state(todo, stored, life))
                 return []
     if not len(todo):
         return []
-    prefix = SavedPrefix.of_state(todo, stored)
+    prefix = SavedPrefix.of_state(todo, stored, life)
     # With nothing new, re-sending the last node writes nothing but declares the frontier.
     new = check_suffix(todo, prefix) or todo.objects(-1)
-    sent, rows = yield AppendNodes(new, stored, todo.frontier)
+    sent, rows = yield AppendNodes(new, stored, todo.frontier, life)
     if stored == len(todo):
-        memory.remember(graph, prefix)
+        memory.remember(graph, SavedPrefix.of_state(todo, stored, rows[0]["incarnation"]))
         return []
     memory.wrote(graph, prefix, todo, new, rows)
     return [n for n in stored_nodes(sent, rows) if n.sequence > stored]

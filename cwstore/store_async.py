@@ -31,6 +31,7 @@ from ._args import (
     check_expected_length,
     check_graph_name,
     check_idle,
+    check_incarnation,
     check_key,
     check_poll_interval,
     check_pooler,
@@ -319,6 +320,7 @@ class AsyncStore:
         *,
         expected_length: int | None = None,
         frontier: Sequence[str] | None = None,
+        incarnation: int | None = None,
     ) -> list[CausalNode]:
         """Append a batch of nodes; returns them as stored, with ids and sequences.
 
@@ -328,12 +330,19 @@ class AsyncStore:
         ignored. The batch commits whole or not at all. Nodes the graph already holds
         are returned as stored and not written again (idempotent retries). ``frontier``
         declares the frontier after the batch; without it the fold of SPEC section 4
-        applies.
+        applies. ``incarnation`` names the life of the graph to write
+        (:attr:`GraphInfo.incarnation`): when the graph is another life by then (erased
+        and made again) or none, :class:`GraphErasedError` and nothing is written (the
+        graph is not created).
 
         Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
-        ``expected_length``), :class:`ChainConflictError` (a key moved on).
+        ``expected_length``), :class:`ChainConflictError` (a key moved on),
+        :class:`GraphErasedError` (the graph was erased while the call waited for it, or
+        is not the life named).
         """
-        return stored_nodes(*await self._append_rows(graph, nodes, expected_length, frontier))
+        return stored_nodes(
+            *await self._append_rows(graph, nodes, expected_length, frontier, incarnation)
+        )
 
     async def _append_rows(
         self,
@@ -341,15 +350,22 @@ class AsyncStore:
         nodes: Iterable[NodeLike],
         expected_length: int | None,
         frontier: Sequence[str] | None,
+        incarnation: int | None = None,
     ) -> tuple[list[dict[str, Any]], list[Row]]:
         """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
         check_graph_name(graph)
         check_expected_length(expected_length)
+        check_incarnation(incarnation)
         batch = prepare_batch(nodes, frontier)
         try:
             async with self._pool.connection() as conn:
                 rows = await conn.fetch(
-                    q("append"), graph, batch.json, expected_length, batch.frontier_json
+                    q("append"),
+                    graph,
+                    batch.json,
+                    expected_length,
+                    batch.frontier_json,
+                    incarnation,
                 )
         except ValidationError as exc:
             raise renumber(exc, [n.get("id", "") for n in batch.nodes]) from exc.__cause__
@@ -389,7 +405,7 @@ class AsyncStore:
             if isinstance(step, AppendNodes):
                 try:
                     appended = await self._append_rows(
-                        graph, step.nodes, step.expected_length, step.frontier
+                        graph, step.nodes, step.expected_length, step.frontier, step.incarnation
                     )
                 except Error as exc:
                     step = plan.refused(exc)
@@ -406,7 +422,9 @@ class AsyncStore:
         """What :class:`~cwstore.saving.SavePlan` asked to read, as it asked for it."""
         if isinstance(step, ReadGraph):
             row = await conn.fetchrow(q("graph_get"), graph)
-            return None if row is None else StoredGraph(row["graph_id"], int(row["length"]))
+            if row is None:
+                return None
+            return StoredGraph(row["graph_id"], int(row["length"]), int(row["incarnation"]))
         if isinstance(step, FindMismatch):
             return await conn.fetchval(q("first_mismatch"), step.graph_id, step.ids)
         return [r["id"] for r in await conn.fetch(q("frontier_now"), step.graph_id)]

@@ -201,7 +201,9 @@ class SavedPrefix:
     when they came from an :class:`AgentState`, the node objects (``objects``, like
     ``ids``), else ``None``; and ``state_nodes``, the :class:`AgentState`'s own node
     sequence when the prefix is that whole state (a state that extends it is compared
-    with it as one sequence, without a copy of the prefix's objects), else ``None``.
+    with it as one sequence, without a copy of the prefix's objects), else ``None``;
+    and ``incarnation``, the life of the graph the prefix was read from or written to
+    (``None``: not known), so that the next append goes to that life or is refused.
 
     The list and index are shared by the prefixes that extend one another and only ever
     grow, so extending a prefix costs what the new nodes cost.
@@ -213,11 +215,14 @@ class SavedPrefix:
     heads: Mapping[str, str]
     objects: list[Any] | None = None
     state_nodes: Sequence[Any] | None = None
+    incarnation: int | None = None
 
     @classmethod
-    def of_state(cls, state: StateToSave, length: int) -> SavedPrefix:
+    def of_state(
+        cls, state: StateToSave, length: int, incarnation: int | None = None
+    ) -> SavedPrefix:
         """The prefix of ``state``'s first ``length`` nodes (which the caller has found
-        equal, by id, to the stored ones)."""
+        equal, by id, to the stored ones, in life ``incarnation`` of the graph)."""
         ids = list(state.ids[:length])
         heads: dict[str, str] = {}
         for n in state.nodes[:length]:
@@ -226,7 +231,7 @@ class SavedPrefix:
                 heads[key] = n.id if isinstance(n, CausalNode) else n["id"]
         index = dict(zip(ids, range(1, length + 1), strict=True))
         objects = list(state.nodes[:length]) if state.frozen else None
-        return cls(length, ids, index, heads, objects, state.whole(length))
+        return cls(length, ids, index, heads, objects, state.whole(length), incarnation)
 
     def holds(self, node_id: Any) -> bool:
         """Whether ``node_id`` is one of the prefix's ids."""
@@ -238,11 +243,12 @@ class SavedPrefix:
         nodes: Sequence[dict[str, Any]],
         objects: list[Any] | None = None,
         state_nodes: Sequence[Any] | None = None,
+        incarnation: int | None = None,
     ) -> SavedPrefix:
-        """The prefix followed by ``nodes`` (checked and written right after it), whose
-        :class:`CausalNode` objects are ``objects`` when they came from an
-        :class:`AgentState`, whose node sequence is ``state_nodes`` when the result is
-        that whole state."""
+        """The prefix followed by ``nodes`` (checked and written right after it, in life
+        ``incarnation`` of the graph), whose :class:`CausalNode` objects are ``objects``
+        when they came from an :class:`AgentState`, whose node sequence is
+        ``state_nodes`` when the result is that whole state."""
         mine = self.objects
         if len(self.ids) == self.length and (mine is None or len(mine) == self.length):
             ids, index = self.ids, self.index
@@ -261,7 +267,9 @@ class SavedPrefix:
             mine.extend(objects)
         else:
             mine = None
-        return SavedPrefix(self.length + len(nodes), ids, index, heads, mine, state_nodes)
+        return SavedPrefix(
+            self.length + len(nodes), ids, index, heads, mine, state_nodes, incarnation
+        )
 
 
 class _SeenOverPrefix(dict[str, int]):
@@ -385,9 +393,9 @@ class SaveMemory:
     ) -> bool:
         """Record that ``new`` (the nodes of ``state`` past ``prefix``) was appended
         right after ``prefix``, given the rows of query ``append`` (``seq``, ``id``,
-        ``written``, ...). ``False`` (and the graph forgotten) when the rows say
-        otherwise: a node this call did not write (another writer got there first) or
-        one at another sequence.
+        ``written``, ``incarnation``, ...). ``False`` (and the graph forgotten) when the
+        rows say otherwise: a node this call did not write (another writer got there
+        first) or one at another sequence.
         """
         if len(rows) != len(new) or any(
             r["seq"] != prefix.length + i or r["id"] != m["id"] or not r["written"]
@@ -401,6 +409,7 @@ class SaveMemory:
                 new,
                 state.frozen_nodes(prefix.length),
                 state.whole(prefix.length + len(new)),
+                rows[0]["incarnation"],
             ),
         )
         return True

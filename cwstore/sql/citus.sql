@@ -80,7 +80,7 @@ $citus$;
 -- append_v1 plans its statements generically on one server (force_generic_plan); Citus
 -- cannot plan its INSERT ... SELECT with parameters generically ("could not create
 -- distributed plan"), so here it plans them with the call's values.
-ALTER FUNCTION cwstore.append_v1(text, json, bigint, json) SET plan_cache_mode = auto;
+ALTER FUNCTION cwstore.append_v1(text, json, bigint, json, bigint) SET plan_cache_mode = auto;
 
 -- The private read functions that the public ones call inside a query over a table
 -- keyed by graph: Citus sends that query to the graph's shard on its worker, and the

@@ -16,7 +16,8 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 
 -- name: graphs_list
 -- Every graph the role may read, with its length and tenant.
-SELECT name, length, vocabulary, created_at, tenant FROM cwstore.graphs ORDER BY name
+SELECT name, length, vocabulary, created_at, tenant, incarnation FROM cwstore.graphs
+ ORDER BY name
 
 -- name: begin_import
 -- Create or lock an empty graph for import (CW412 if it holds nodes).
@@ -27,9 +28,10 @@ SELECT cwstore.begin_import_v1($1, $2::text[])
 SELECT cwstore.declare_frontier_v1($1, $2::text[])
 
 -- name: append
--- Append a batch (JSON array of runtime nodes), optionally with the frontier after it.
-SELECT seq, id, created_at, recorded_at, written, payload_text
-  FROM cwstore.append_v1($1, $2::json, $3, $4::json)
+-- Append a batch (JSON array of runtime nodes), optionally with the frontier after it,
+-- optionally to one life ($5) of the graph only.
+SELECT seq, id, created_at, recorded_at, written, payload_text, incarnation
+  FROM cwstore.append_v1($1, $2::json, $3, $4::json, $5)
 
 -- name: export
 -- Graph $1 as of sequence $2, or time $3, or now: (length, seq, part, nodes, frontier)

@@ -62,7 +62,7 @@ def test_a_distributed_database_takes_the_later_migrations(
             ).fetchone()
             config = conn.execute(
                 "SELECT proconfig FROM pg_proc"
-                " WHERE oid = 'cwstore.append_v1(text, json, bigint, json)'::regprocedure"
+                " WHERE oid = 'cwstore.append_v1(text, json, bigint, json, bigint)'::regprocedure"
             ).fetchone()
         assert spread == (2,)
         assert config is not None and "plan_cache_mode=auto" in (config[0] or [])

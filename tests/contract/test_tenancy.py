@@ -51,7 +51,7 @@ READ_API = {
     "_erasure_events(bigint,bigint,bigint,bigint,integer)",
 }
 WRITE_API = {
-    "append_v1(text,json,bigint,json)",
+    "append_v1(text,json,bigint,json,bigint)",
     "begin_import_v1(text,text[])",
     "declare_frontier_v1(bigint,text[])",
     "ensure_graph_v1(text,text[])",

@@ -61,7 +61,7 @@ def test_schema_and_migrations_build_the_same_database(built: tuple[str, str]) -
     "change",
     [
         "ALTER FUNCTION cwstore._nodes_inserted() SET work_mem = '32MB'",
-        "ALTER FUNCTION cwstore.append_v1(text, json, bigint, json) RESET plan_cache_mode",
+        "ALTER FUNCTION cwstore.append_v1(text, json, bigint, json, bigint) RESET plan_cache_mode",
         "ALTER FUNCTION cwstore.frontier_at(text, bigint) SECURITY INVOKER",
         "COMMENT ON FUNCTION cwstore.heads_at(text, bigint) IS 'changed'",
         "CREATE OR REPLACE FUNCTION cwstore._at(p_seq bigint, p_length bigint) RETURNS bigint "

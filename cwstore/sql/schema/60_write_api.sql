@@ -345,20 +345,29 @@ END $$;
 -- _writable_graph(graph_id) -> the graph's length, with its counter row locked until
 -- commit. A graph of a tenant the login role may not write reads exactly as a graph id
 -- that does not exist (CW404, one RAISE), and is checked before the lock, so a refused
--- caller holds nothing.
+-- caller holds nothing; the lock is then taken on the life that was checked only
+-- (CW404 erased when it is gone, whatever holds the key by then).
 CREATE FUNCTION cwstore._writable_graph(p_graph_id bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
   v_tenant text;
+  v_incarnation bigint;
   v_len bigint;
 BEGIN
-  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+  SELECT g.tenant, g.incarnation INTO v_tenant, v_incarnation
+    FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
   IF NOT FOUND OR (session_user <> current_user AND NOT cwstore._may_use(v_tenant)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph id %s does not exist', p_graph_id),
       DETAIL = jsonb_build_object('graph_id', p_graph_id)::text;
   END IF;
-  SELECT g.length INTO v_len FROM cwstore.graphs g WHERE g.graph_id = p_graph_id FOR UPDATE;
+  SELECT g.length INTO v_len FROM cwstore.graphs g
+   WHERE g.graph_id = p_graph_id AND g.incarnation = v_incarnation FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s was erased while this call waited for it', p_graph_id),
+      DETAIL = jsonb_build_object('graph_id', p_graph_id, 'erased', true)::text;
+  END IF;
   RETURN v_len;
 END $$;
 
@@ -405,25 +414,19 @@ COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
 CREATE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  v_id bigint;
+  v_life record;
   v_len bigint;
 BEGIN
-  v_id := cwstore.ensure_graph_v1(p_graph, p_vocabulary);
-  SELECT length INTO v_len FROM cwstore.graphs WHERE graph_id = v_id FOR UPDATE;
-  IF NOT FOUND THEN
-    PERFORM cwstore._erased_meanwhile(p_graph);
-  END IF;
-  IF v_len = 0 THEN
-    PERFORM cwstore._check_after_erasure(p_graph, v_id);
-  END IF;
+  v_life := cwstore._writer_life(p_graph, true, p_vocabulary);
+  v_len := cwstore._lock_life(p_graph, v_life.life_id, v_life.life_incarnation);
   IF v_len > 0 THEN
     RAISE EXCEPTION USING ERRCODE = 'CW412',
       MESSAGE = format('graph %L already holds %s nodes; import needs an empty graph', left(p_graph, 200), v_len),
       DETAIL = jsonb_build_object('graph', p_graph, 'length', v_len)::text;
   END IF;
   UPDATE cwstore.graphs SET vocabulary = p_vocabulary
-   WHERE graph_id = v_id AND vocabulary IS DISTINCT FROM p_vocabulary;
-  RETURN v_id;
+   WHERE graph_id = v_life.life_id AND vocabulary IS DISTINCT FROM p_vocabulary;
+  RETURN v_life.life_id;
 END $$;
 COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
   'Start importing into an empty graph: create or lock it; CW412 if it holds nodes. COPY rows into cwstore.nodes next, then declare_frontier_v1.';
@@ -599,23 +602,78 @@ BEGIN
   RETURN ARRAY(SELECT json_array_elements_text(p_frontier));
 END $$;
 
--- _writer_graph(graph): the graph's id, length and tenant, read without a lock, by its
--- key (one shard on Citus): the name's first key, else its chain (cwstore.graph_id_of).
--- NULLs for a name no graph has.
+-- _writer_graph(graph): the graph's id, length, tenant and life (incarnation), read
+-- without a lock, by its key (one shard on Citus): the name's first key, else its chain
+-- (cwstore.graph_id_of). NULLs for a name no graph has.
 CREATE FUNCTION cwstore._writer_graph(p_graph text, OUT found_id bigint, OUT found_length bigint,
-                                      OUT found_tenant text)
+                                      OUT found_tenant text, OUT found_incarnation bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
   found_id := cwstore.graph_key(p_graph);
-  SELECT g.length, g.tenant INTO found_length, found_tenant FROM cwstore.graphs g
+  SELECT g.length, g.tenant, g.incarnation INTO found_length, found_tenant, found_incarnation
+    FROM cwstore.graphs g
    WHERE g.graph_id = found_id AND g.name = p_graph;
   IF NOT FOUND THEN
     found_id := cwstore.graph_id_of(p_graph);
     IF found_id IS NOT NULL THEN
-      SELECT g.length, g.tenant INTO found_length, found_tenant
-        FROM cwstore.graphs g WHERE g.graph_id = found_id;
+      SELECT g.length, g.tenant, g.incarnation INTO found_length, found_tenant, found_incarnation
+        FROM cwstore.graphs g WHERE g.graph_id = found_id AND g.name = p_graph;
+      IF NOT FOUND THEN
+        found_id := NULL;
+      END IF;
     END IF;
   END IF;
+END $$;
+
+-- _writer_life(graph, create, vocabulary) -> (life_id, life_length, life_incarnation):
+-- the graph's life that the login role may write, read without a lock (42501 for a
+-- graph of a tenant the role is not in); NULLs for a name no graph has, unless create:
+-- then the graph is created first (ensure_graph_v1, with vocabulary). The tenant is
+-- checked on the same read that gives the life, and a life's tenant and name never
+-- change, so locking that life (cwstore._lock_life) and nothing else keeps the check
+-- true under the lock. The check is a statement of its own, after the read (on Citus a
+-- statement that reads a distributed table runs on the worker, as another role).
+CREATE FUNCTION cwstore._writer_life(p_graph text, p_create boolean, p_vocabulary text[],
+                                     OUT life_id bigint, OUT life_length bigint,
+                                     OUT life_incarnation bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v record;
+BEGIN
+  v := cwstore._writer_graph(p_graph);
+  IF v.found_id IS NULL AND p_create THEN
+    PERFORM cwstore.ensure_graph_v1(p_graph, p_vocabulary);
+    v := cwstore._writer_graph(p_graph);
+    IF v.found_id IS NULL THEN
+      PERFORM cwstore._erased_meanwhile(p_graph);
+    END IF;
+  END IF;
+  IF v.found_id IS NOT NULL AND session_user <> current_user THEN
+    PERFORM cwstore._check_writer(p_graph, v.found_tenant);
+  END IF;
+  life_id := v.found_id;
+  life_length := v.found_length;
+  life_incarnation := v.found_incarnation;
+END $$;
+
+-- _lock_life(graph, graph_id, incarnation) -> the graph's length, with its counter row
+-- locked until commit: that life's row, and no other. CW404 (erased) when the life is
+-- gone, even if another life (or another graph) holds the key by now. Before the first
+-- node of a life, _check_after_erasure.
+CREATE FUNCTION cwstore._lock_life(p_graph text, p_graph_id bigint, p_incarnation bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_len bigint;
+BEGIN
+  SELECT g.length INTO v_len FROM cwstore.graphs g
+   WHERE g.graph_id = p_graph_id AND g.incarnation = p_incarnation FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END IF;
+  IF v_len = 0 THEN
+    PERFORM cwstore._check_after_erasure(p_graph, p_graph_id);
+  END IF;
+  RETURN v_len;
 END $$;
 
 -- _batch_fields(nodes): append_v1's batch (a JSON array) read once, each node's fields as arrays in the
@@ -731,24 +789,16 @@ BEGIN
   END IF;
 END $$;
 
--- _lock_for_append(graph, graph_id, expected_length, ids): the graph's counter row
--- locked (until commit) and its length. CW404 when the graph was erased since it was
--- found; CW409 for a stale expected length, unless every node of the batch (ids) is held
--- already (a retry of a write that committed: not a conflict).
-CREATE FUNCTION cwstore._lock_for_append(p_graph text, p_graph_id bigint, p_expected bigint,
-                                         p_ids text[]) RETURNS bigint
+-- _lock_for_append(graph, graph_id, incarnation, expected_length, ids): that life of
+-- the graph locked (until commit, cwstore._lock_life) and its length. CW409 for a stale
+-- expected length, unless every node of the batch (ids) is held already (a retry of a
+-- write that committed: not a conflict).
+CREATE FUNCTION cwstore._lock_for_append(p_graph text, p_graph_id bigint, p_incarnation bigint,
+                                         p_expected bigint, p_ids text[]) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_len bigint;
+  v_len bigint := cwstore._lock_life(p_graph, p_graph_id, p_incarnation);
 BEGIN
-  SELECT g.length INTO v_len
-    FROM cwstore.graphs g WHERE g.graph_id = p_graph_id AND g.name = p_graph FOR UPDATE;
-  IF NOT FOUND THEN
-    PERFORM cwstore._erased_meanwhile(p_graph);
-  END IF;
-  IF v_len = 0 THEN
-    PERFORM cwstore._check_after_erasure(p_graph, p_graph_id);
-  END IF;
   IF p_expected IS NOT NULL AND p_expected <> v_len
      AND EXISTS (SELECT 1 FROM unnest(p_ids) AS u(id)
                   WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
@@ -823,7 +873,7 @@ BEGIN
   VALUES (p_graph_id, p_len + p_new, p_heads);
 END $$;
 
--- append_v1(graph, nodes, expected_length, frontier)
+-- append_v1(graph, nodes, expected_length, frontier, incarnation)
 --   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
 --   resourceKey?} (sequence is assigned here; one given is ignored). Each payload is
 --   stored byte for byte, so it must be written as JSON.stringify writes it (compact;
@@ -833,6 +883,12 @@ END $$;
 --   expected_length: NULL, or the length the writer last saw (CW409 when stale).
 --   frontier: NULL (the fold applies) or a JSON array of ids, the frontier after
 --   the batch.
+--   incarnation: NULL, or the life of the graph the writer means (graphs.incarnation,
+--   returned by every append): CW404 (erased) when the graph's life is another one, or
+--   the graph does not exist (it is not created then).
+--   The graph's tenant is checked on the row read first, and the row locked is that
+--   same life's: a graph erased and made again meanwhile (by any tenant) is never
+--   written by this call; it gets CW404 (erased) instead.
 --   Nodes whose id the graph already holds, with the same content, are returned as
 --   stored and not written (idempotent retries); an id given again with other content,
 --   in the graph or earlier in the batch, is refused (duplicate_id). When a call writes
@@ -840,24 +896,27 @@ END $$;
 --   expected_length, if no node was appended after the batch's own: a retry after
 --   others moved on never moves their frontier back.
 --   Locks: the graph row (FOR UPDATE) until commit; nothing else.
---   Raises: CW400 (shape, kind, parents, semantic...), CW409, CW410 (chain race).
+--   Returns each node's sequence, id, createdAt and recorded_at, whether this call wrote
+--   it, the stored payload of a node it did not write, and the graph's life.
+--   Raises: CW400 (shape, kind, parents, semantic...), CW404 (erased), CW409, CW410
+--   (chain race), 42501 (another tenant's graph).
 -- Its statements take arrays and ids as parameters; custom plans would be re-made on
 -- every call, and the generic ones are right for every batch size that takes this path.
 CREATE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
                                   p_expected_length bigint DEFAULT NULL,
-                                  p_frontier json DEFAULT NULL)
+                                  p_frontier json DEFAULT NULL,
+                                  p_incarnation bigint DEFAULT NULL)
 RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
-               payload_text text)
+               payload_text text, incarnation bigint)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_graph_id bigint;
-  v_tenant text;
   v_len bigint;
   v_new bigint;
   v_heads text[];
-  v_found record;
+  v_life record;
   v_batch record;
   v_ids text[];
   v_kinds text[];
@@ -875,19 +934,17 @@ BEGIN
     v_heads := cwstore._frontier_heads(p_frontier);
   END IF;
 
-  -- The graph's row is read first, without a lock, on its own: the tenant check comes
-  -- before anything else (a refused caller learns nothing of the graph, and must not
-  -- hold another tenant's counter row while it sits in its aborted transaction), a
-  -- statement that both reads a distributed table and calls the check would run the
-  -- check on the worker, where session_user is not the caller (Citus), and a graph found
-  -- here but gone once locked was erased meanwhile: the call must not create it again.
-  v_found := cwstore._writer_graph(p_graph);
-  v_graph_id := v_found.found_id;
-  v_len := v_found.found_length;
-  v_tenant := v_found.found_tenant;
-  IF session_user <> current_user THEN
-    PERFORM cwstore._check_writer(p_graph, v_tenant);
+  -- The graph's row is read first, without a lock: the tenant check comes before
+  -- anything else (a refused caller learns nothing of the graph, and must not hold
+  -- another tenant's counter row while it sits in its aborted transaction). The life
+  -- read here is the one locked below, or none: a graph found here but gone once locked
+  -- was erased meanwhile, and the call must not write whatever holds its key by then.
+  v_life := cwstore._writer_life(p_graph, false, NULL);
+  IF p_incarnation IS NOT NULL AND v_life.life_incarnation IS DISTINCT FROM p_incarnation THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
   END IF;
+  v_graph_id := v_life.life_id;
+  v_len := v_life.life_length;
   -- A stale expected length is refused before the batch is read: within a graph's life
   -- its length only grows, so a length seen here that differs from the expected one
   -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
@@ -908,9 +965,11 @@ BEGIN
     PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
   END IF;
   IF v_graph_id IS NULL THEN
-    v_graph_id := cwstore.ensure_graph_v1(p_graph);
+    v_life := cwstore._writer_life(p_graph, true, NULL);
+    v_graph_id := v_life.life_id;
   END IF;
-  v_len := cwstore._lock_for_append(p_graph, v_graph_id, p_expected_length, v_ids);
+  v_len := cwstore._lock_for_append(p_graph, v_graph_id, v_life.life_incarnation,
+                                    p_expected_length, v_ids);
 
   -- New nodes only (a node the graph holds, or one given twice, is written once),
   -- numbered from the length read under the lock.
@@ -950,19 +1009,19 @@ BEGIN
   -- Every node new and given once: the rows are what was just written, in order.
   IF v_new = cardinality(v_ids) THEN
     RETURN QUERY
-    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text
+    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text, v_life.life_incarnation
       FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
      ORDER BY u.o;
     RETURN;
   END IF;
   RETURN QUERY
   SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
-         CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END
+         CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END, v_life.life_incarnation
     FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
     JOIN LATERAL (SELECT * FROM cwstore.nodes n
                    WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
    ORDER BY u.o;
 END $$;
 
-COMMENT ON FUNCTION cwstore.append_v1(text, json, bigint, json) IS
-  'Append a batch of runtime nodes to a graph (created on first use), optionally declaring the frontier after it. Idempotent by id. Returns each node''s sequence, whether this call wrote it, and for nodes it did not write the stored createdAt and payload.';
+COMMENT ON FUNCTION cwstore.append_v1(text, json, bigint, json, bigint) IS
+  'Append a batch of runtime nodes to a graph (created on first use unless a life is named), optionally declaring the frontier after it, optionally to one life of the graph only. Idempotent by id. Returns each node''s sequence, whether this call wrote it, for nodes it did not write the stored createdAt and payload, and the graph''s life (incarnation).';

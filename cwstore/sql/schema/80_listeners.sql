@@ -70,7 +70,7 @@ BEGIN
                                             'MEMBER') END
         OR (pg_catalog.has_schema_privilege(x.role, 'cwstore', 'USAGE')
             AND (pg_catalog.has_function_privilege(x.role,
-                   'cwstore.append_v1(text, json, bigint, json)', 'EXECUTE')
+                   'cwstore.append_v1(text, json, bigint, json, bigint)', 'EXECUTE')
                  OR pg_catalog.has_table_privilege(x.role, 'cwstore.nodes', 'INSERT')))
   )
   -- A 32-bit xid of a running transaction is within 2^31 below the next one: widen it

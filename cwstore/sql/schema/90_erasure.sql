@@ -16,9 +16,12 @@
 -- "erased"} / {"graph_id"}), 42501 (a role that may not erase; DETAIL {"graph" or
 -- "tenant", "role"}), 22023 (a bad interval or batch).
 
--- _erasure_recorded (BEFORE INSERT on erasures, per row): the erasure itself. Whatever
--- the inserted row says, the record holds what was erased: the graph's life, tenant and
--- node count, and its xid in the all-graphs feed (after the graph's last node's, like a
+-- _erasure_recorded (BEFORE INSERT on erasures, per row): the erasure itself. The
+-- inserted row names the graph's key and the life to erase (incarnation): that life's
+-- row is locked, and only that life is erased; when it is gone (erased meanwhile, even
+-- if another life or another graph holds the key by now), CW404. Whatever else the
+-- inserted row says, the record holds what was erased: the graph's tenant and node
+-- count, and its xid in the all-graphs feed (after the graph's last node's, like a
 -- node's own). When and by whom are what the statement gives (the columns' defaults,
 -- now() and session_user, unless _erase names the role).
 CREATE FUNCTION cwstore._erasure_recorded() RETURNS trigger
@@ -26,14 +29,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
   g record;
 BEGIN
-  SELECT x.name, x.length, x.tenant, x.incarnation, x.key_probe INTO g
-    FROM cwstore.graphs x WHERE x.graph_id = NEW.graph_id FOR UPDATE;
+  SELECT x.name, x.length, x.tenant, x.key_probe INTO g
+    FROM cwstore.graphs x
+   WHERE x.graph_id = NEW.graph_id AND x.incarnation = NEW.incarnation FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
-      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      MESSAGE = format('graph id %s (life %s) does not exist', NEW.graph_id, NEW.incarnation),
       DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
   END IF;
-  NEW.incarnation := g.incarnation;
   NEW.tenant := g.tenant;
   NEW.nodes := g.length;
   NEW.xid := greatest(pg_catalog.pg_current_xact_id()::text::bigint,
@@ -72,17 +75,18 @@ $$;
 COMMENT ON FUNCTION cwstore.may_erase(name, text) IS
   'Whether a role may erase the graphs of a tenant: an unrestricted role, or a member of cwstore_admin that belongs to the tenant.';
 
--- _erase(graph_id, reason) -> nodes erased: the record, and so the erasure. The login
--- role is read here, where the call was made (on Citus the record's trigger runs on a
--- worker, as the cluster's own connection).
-CREATE FUNCTION cwstore._erase(p_graph_id bigint, p_reason text) RETURNS bigint
-LANGUAGE plpgsql AS $$
+-- _erase(graph_id, incarnation, reason) -> nodes erased: the record, and so the erasure
+-- of that life of the graph (CW404 when it is gone). The login role is read here, where
+-- the call was made (on Citus the record's trigger runs on a worker, as the cluster's
+-- own connection).
+CREATE FUNCTION cwstore._erase(p_graph_id bigint, p_incarnation bigint, p_reason text)
+RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   v_by name := session_user;
   v_nodes bigint;
 BEGIN
   INSERT INTO cwstore.erasures (graph_id, incarnation, tenant, nodes, erased_by, reason, xid)
-  VALUES (p_graph_id, 0, '', 0, v_by, p_reason, 0)
+  VALUES (p_graph_id, p_incarnation, '', 0, v_by, p_reason, 0)
   RETURNING nodes INTO v_nodes;
   RETURN v_nodes;
 END $$;
@@ -90,24 +94,29 @@ END $$;
 -- erase_graph_v1(graph, reason) -> nodes erased
 --   Erases one graph, recorded with the reason given. Unknown, or of a tenant the
 --   caller is not in: CW404, as a read. A role that may read it but not erase it:
---   42501. Erased by another call meanwhile: CW404 (erased). Waits for the appends and
---   imports in flight on the graph; the writers that come after get CW404.
+--   42501. Erased by another call meanwhile: CW404 (erased), even when the name has a
+--   new graph by then (that one is not erased: the call erases the life it checked).
+--   Waits for the appends and imports in flight on the graph; the writers that come
+--   after get CW404.
 CREATE FUNCTION cwstore.erase_graph_v1(p_graph text, p_reason text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  v_id bigint;
-  v_tenant text;
+  v record := cwstore._writer_graph(p_graph);
 BEGIN
-  v_id := (cwstore._graph(p_graph)).graph_id;
-  SELECT g.tenant INTO v_tenant FROM cwstore.graphs g WHERE g.graph_id = v_id;
-  IF NOT cwstore.may_erase(session_user, v_tenant) THEN
+  IF v.found_id IS NULL
+     OR (session_user <> current_user AND NOT cwstore._may_use(v.found_tenant)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph %L does not exist', left(p_graph, 200)),
+      DETAIL = jsonb_build_object('graph', p_graph)::text;
+  END IF;
+  IF NOT cwstore.may_erase(session_user, v.found_tenant) THEN
     RAISE EXCEPTION USING ERRCODE = '42501',
       MESSAGE = format('role %s may not erase graph %L: erasing needs membership in cwstore_admin',
                        session_user, left(p_graph, 200)),
       DETAIL = jsonb_build_object('graph', p_graph, 'role', session_user)::text;
   END IF;
   BEGIN
-    RETURN cwstore._erase(v_id, p_reason);
+    RETURN cwstore._erase(v.found_id, v.found_incarnation, p_reason);
   EXCEPTION WHEN SQLSTATE 'CW404' THEN
     PERFORM cwstore._erased_meanwhile(p_graph);
   END;
@@ -119,7 +128,9 @@ COMMENT ON FUNCTION cwstore.erase_graph_v1(text, text) IS
 -- erase_tenant_v1(tenant, reason, batch) -> (graph, nodes) of each graph erased
 --   Erases up to batch graphs of the tenant, each recorded; call it until it returns
 --   no row. The call that finds no graph left also removes the tenant's memberships
---   (tenant_members). A tenant the caller may not erase: 42501.
+--   (tenant_members). A tenant the caller may not erase: 42501. Each graph is erased in
+--   the life listed (of this tenant): one erased meanwhile is skipped, even when its
+--   name has a new graph by then, of this tenant or another.
 CREATE FUNCTION cwstore.erase_tenant_v1(p_tenant text, p_reason text DEFAULT NULL,
                                         p_batch integer DEFAULT 100)
 RETURNS TABLE (graph text, nodes bigint)
@@ -134,11 +145,11 @@ BEGIN
                        session_user, left(p_tenant, 200)),
       DETAIL = jsonb_build_object('tenant', p_tenant, 'role', session_user)::text;
   END IF;
-  FOR r IN SELECT g.graph_id, g.name FROM cwstore.graphs g
+  FOR r IN SELECT g.graph_id, g.name, g.incarnation FROM cwstore.graphs g
             WHERE g.tenant = p_tenant ORDER BY g.graph_id LIMIT p_batch LOOP
     BEGIN
       graph := r.name;
-      nodes := cwstore._erase(r.graph_id, p_reason);
+      nodes := cwstore._erase(r.graph_id, r.incarnation, p_reason);
       RETURN NEXT;
     EXCEPTION WHEN SQLSTATE 'CW404' THEN
       NULL;  -- erased by another call meanwhile
@@ -243,22 +254,22 @@ BEGIN
   -- Candidates in key order, a batch at a time, until batch graphs are erased.
   LOOP
     v_found := false;
-    FOR r IN SELECT i.graph_id, i.graph
+    FOR r IN SELECT i.graph_id, i.graph, i.tenant
                FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants, v_after,
                                   p_batch) i LOOP
       v_found := true;
       v_after := r.graph_id;
-      -- Locked, then checked again: still the same graph, still idle.
-      SELECT g.name, g.tenant, g.length, g.created_at INTO c
+      -- Locked, then checked again: still the same graph of the same tenant, still idle.
+      SELECT g.name, g.tenant, g.length, g.created_at, g.incarnation INTO c
         FROM cwstore.graphs g WHERE g.graph_id = r.graph_id FOR UPDATE SKIP LOCKED;
-      CONTINUE WHEN NOT FOUND OR c.name <> r.graph;
+      CONTINUE WHEN NOT FOUND OR c.name <> r.graph OR c.tenant <> r.tenant;
       v_last := coalesce((SELECT n.recorded_at FROM cwstore.nodes n
                            WHERE n.graph_id = r.graph_id AND n.seq = c.length), c.created_at);
       CONTINUE WHEN v_last >= now() - p_idle;
       graph := r.graph;
       tenant := c.tenant;
       last_write := v_last;
-      nodes := cwstore._erase(r.graph_id, p_reason);
+      nodes := cwstore._erase(r.graph_id, c.incarnation, p_reason);
       RETURN NEXT;
       v_left := v_left - 1;
       IF v_left = 0 THEN
