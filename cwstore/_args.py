@@ -236,6 +236,27 @@ def check_batch(batch: Any) -> int:
     return batch
 
 
+MAX_RETENTION_GROUP_BYTES = 2000
+"""The longest retention group, in bytes of UTF-8 (graphs_retention_group_check)."""
+
+
+def check_retention_group(group: Any) -> str:
+    """A retention group: a non-empty string without NUL or lone surrogates, of at most
+    :data:`MAX_RETENTION_GROUP_BYTES` bytes of UTF-8, else :class:`InputError`."""
+    if (
+        not isinstance(group, str)
+        or not group
+        or "\x00" in group
+        or jsontext._bad_string(group)
+        or len(group.encode("utf-8")) > MAX_RETENTION_GROUP_BYTES
+    ):
+        raise InputError(
+            "retention_group must be a non-empty string without NUL or lone surrogates, "
+            f"of at most {MAX_RETENTION_GROUP_BYTES} bytes of UTF-8, got {group!r:.200}"
+        )
+    return group
+
+
 def check_idle(idle: Any) -> timedelta:
     """A retention age: a :class:`~datetime.timedelta` longer than zero, else
     :class:`InputError`."""

@@ -23,12 +23,16 @@ def erased_graph(row: Row) -> ErasedGraph:
 
 def idle_graph(row: Row) -> IdleGraph:
     """An ``idle_graphs`` row as an :class:`IdleGraph`."""
-    return IdleGraph(row["graph"], row["tenant"], int(row["length"]), row["last_write"])
+    return IdleGraph(
+        row["graph"], row["tenant"], int(row["length"]), row["last_write"], row["retention_group"]
+    )
 
 
 def erased_idle_graph(row: Row) -> ErasedIdleGraph:
     """An ``erase_idle`` row as an :class:`ErasedIdleGraph`."""
-    return ErasedIdleGraph(row["graph"], row["tenant"], int(row["nodes"]), row["last_write"])
+    return ErasedIdleGraph(
+        row["graph"], row["tenant"], int(row["nodes"]), row["last_write"], row["retention_group"]
+    )
 
 
 def graph_info(row: Row) -> GraphInfo:

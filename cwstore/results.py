@@ -255,21 +255,24 @@ class ErasedGraph:
 @dataclass(frozen=True, slots=True)
 class IdleGraph:
     """A graph idle for longer than asked (:meth:`AsyncStore.idle_graphs`): its tenant,
-    its length and when its last node was recorded (``last_write``; when it was created,
-    for a graph holding no node)."""
+    its length, when it was last written (``last_write``: the time of the last statement
+    of its last write; its creation, for a graph holding no node) and its retention
+    group (``None``: none; a group is idle only when all its graphs are)."""
 
     graph: str
     tenant: str
     length: int
     last_write: datetime
+    retention_group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ErasedIdleGraph:
-    """A graph :meth:`AsyncStore.erase_idle` erased: its tenant, the nodes it held and
-    when it was last written (as :class:`IdleGraph`)."""
+    """A graph :meth:`AsyncStore.erase_idle` erased: its tenant, the nodes it held,
+    when it was last written and its retention group (as :class:`IdleGraph`)."""
 
     graph: str
     tenant: str
     nodes: int
     last_write: datetime
+    retention_group: str | None = None

@@ -37,6 +37,7 @@ from ._args import (
     check_pooler,
     check_read_length,
     check_reason,
+    check_retention_group,
     check_tenant,
     tenant_settings,
     timeout_settings,
@@ -321,6 +322,7 @@ class AsyncStore:
         expected_length: int | None = None,
         frontier: Sequence[str] | None = None,
         incarnation: int | None = None,
+        retention_group: str | None = None,
     ) -> list[CausalNode]:
         """Append a batch of nodes; returns them as stored, with ids and sequences.
 
@@ -333,15 +335,20 @@ class AsyncStore:
         applies. ``incarnation`` names the life of the graph to write
         (:attr:`GraphInfo.incarnation`): when the graph is another life by then (erased
         and made again) or none, :class:`GraphErasedError` and nothing is written (the
-        graph is not created).
+        graph is not created). ``retention_group`` puts the graph in that group if this
+        call creates it (a group is idle, and erased by :meth:`erase_idle`, only as a
+        whole; an existing graph keeps its group).
 
         Raises :class:`ValidationError`, :class:`LengthConflictError` (stale
         ``expected_length``), :class:`ChainConflictError` (a key moved on),
         :class:`GraphErasedError` (the graph was erased while the call waited for it, or
-        is not the life named).
+        is not the life named); :class:`InputError` for a bad ``incarnation`` or
+        ``retention_group``, before anything is sent.
         """
         return stored_nodes(
-            *await self._append_rows(graph, nodes, expected_length, frontier, incarnation)
+            *await self._append_rows(
+                graph, nodes, expected_length, frontier, incarnation, retention_group
+            )
         )
 
     async def _append_rows(
@@ -351,22 +358,24 @@ class AsyncStore:
         expected_length: int | None,
         frontier: Sequence[str] | None,
         incarnation: int | None = None,
+        retention_group: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[Row]]:
         """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
         check_graph_name(graph)
         check_expected_length(expected_length)
         check_incarnation(incarnation)
+        if retention_group is not None:
+            check_retention_group(retention_group)
         batch = prepare_batch(nodes, frontier)
+        args = (graph, batch.json, expected_length, batch.frontier_json, incarnation)
         try:
             async with self._pool.connection() as conn:
-                rows = await conn.fetch(
-                    q("append"),
-                    graph,
-                    batch.json,
-                    expected_length,
-                    batch.frontier_json,
-                    incarnation,
-                )
+                if retention_group is None:
+                    rows = await conn.fetch(q("append"), *args)
+                else:
+                    async with conn.transaction():
+                        await conn.execute(q("set_retention_group"), retention_group)
+                        rows = await conn.fetch(q("append"), *args)
         except ValidationError as exc:
             raise renumber(exc, [n.get("id", "") for n in batch.nodes]) from exc.__cause__
         return batch.nodes, rows
@@ -532,10 +541,11 @@ class AsyncStore:
                 erased.extend(erased_graph(r) for r in rows)
 
     async def idle_graphs(self, idle: timedelta, *, tenant: str | None = None) -> list[IdleGraph]:
-        """The graphs idle for longer than ``idle`` (no node recorded since; for a graph
-        holding none, since it was created) that this role may erase, of ``tenant`` or
-        of every tenant when ``None``, by name: what :meth:`erase_idle` would erase now.
-        Erases nothing.
+        """The graphs idle for longer than ``idle`` that this role may erase, of
+        ``tenant`` or of every tenant when ``None``, by name: what :meth:`erase_idle`
+        would erase now. Erases nothing. Idle: nothing written since (the time of the
+        last statement of the graph's last write; its creation for a graph holding
+        none), and the same for every graph of its retention group.
 
         Raises :class:`InputError` for an ``idle`` that is not a positive
         :class:`~datetime.timedelta` or a bad tenant, before anything is sent.
@@ -559,8 +569,9 @@ class AsyncStore:
         ``batch`` per transaction, until none is left; returns those erased.
 
         Each graph is checked again under its lock; one a writer holds at that moment
-        is skipped (it is not idle). When it raises part way, the batches before stay
-        erased. Raises :class:`InputError` for a bad ``idle``, tenant, reason or
+        is skipped (it is not idle). A retention group is erased whole in one
+        transaction (even past ``batch``) or not at all. When it raises part way, the
+        batches before stay erased. Raises :class:`InputError` for a bad ``idle``, tenant, reason or
         ``batch``, before anything is sent.
         """
         check_idle(idle)

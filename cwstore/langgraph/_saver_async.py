@@ -3,8 +3,9 @@
 
 The mapping (which nodes a put writes, how branches are kept apart) is pure and lives
 in :mod:`cwstore.langgraph._mapping`; this module only reads and appends. Writes go
-through the store's public :meth:`~cwstore.AsyncStore.append` and
-:meth:`~cwstore.AsyncStore.erase`; reads are the named queries of
+through the store's public :meth:`~cwstore.AsyncStore.append` (each namespace's graph
+in the thread's retention group, named as the thread's root graph, so retention keeps
+or erases a thread whole) and :meth:`~cwstore.AsyncStore.erase`; reads are the named queries of
 ``cwstore/langgraph/queries.sql`` over cwstore's documented tables.
 
 The saver is written once: ``tools/async_to_sync.py`` generates
@@ -347,7 +348,12 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 memo.heads.update(await self._heads(graph, unknown))
             plan.build(memo.heads)
             try:
-                await self.store.append(graph, plan.nodes, frontier=[plan.state.node_id or ""])
+                await self.store.append(
+                    graph,
+                    plan.nodes,
+                    frontier=[plan.state.node_id or ""],
+                    retention_group=thread_prefix(thread_id),
+                )
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
@@ -385,9 +391,11 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 for i, (channel, value) in enumerate(writes)
             ],
         }
-        await self._append_writes(graph, checkpoint_id, payload)
+        await self._append_writes(graph, thread_prefix(thread_id), checkpoint_id, payload)
 
-    async def _append_writes(self, graph: str, checkpoint_id: str, payload: Any) -> None:
+    async def _append_writes(
+        self, graph: str, group: str, checkpoint_id: str, payload: Any
+    ) -> None:
         from cwstore.identity import compute_id
 
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
@@ -407,7 +415,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 "resourceKey": key,
             }
             try:
-                await self.store.append(graph, [node])
+                await self.store.append(graph, [node], retention_group=group)
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
@@ -453,7 +461,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             versions = tup.checkpoint["channel_versions"]
             await self.aput(conf, tup.checkpoint, tup.metadata, versions)
             for batch in item.write_batches:
-                await self._append_writes(graph, tup.checkpoint["id"], batch)
+                await self._append_writes(
+                    graph, thread_prefix(thread_id), tup.checkpoint["id"], batch
+                )
 
     async def _rewrite(self, graph: str, keep: Sequence[Loaded], reason: str) -> None:
         thread_id, ns = _split(graph)

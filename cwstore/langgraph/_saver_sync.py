@@ -6,8 +6,9 @@
 
 The mapping (which nodes a put writes, how branches are kept apart) is pure and lives
 in :mod:`cwstore.langgraph._mapping`; this module only reads and appends. Writes go
-through the store's public :meth:`~cwstore.Store.append` and
-:meth:`~cwstore.Store.erase`; reads are the named queries of
+through the store's public :meth:`~cwstore.Store.append` (each namespace's graph
+in the thread's retention group, named as the thread's root graph, so retention keeps
+or erases a thread whole) and :meth:`~cwstore.Store.erase`; reads are the named queries of
 ``cwstore/langgraph/queries.sql`` over cwstore's documented tables.
 
 The saver is written once: ``tools/async_to_sync.py`` generates
@@ -348,7 +349,12 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 memo.heads.update(self._heads(graph, unknown))
             plan.build(memo.heads)
             try:
-                self.store.append(graph, plan.nodes, frontier=[plan.state.node_id or ""])
+                self.store.append(
+                    graph,
+                    plan.nodes,
+                    frontier=[plan.state.node_id or ""],
+                    retention_group=thread_prefix(thread_id),
+                )
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
@@ -386,9 +392,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 for i, (channel, value) in enumerate(writes)
             ],
         }
-        self._append_writes(graph, checkpoint_id, payload)
+        self._append_writes(graph, thread_prefix(thread_id), checkpoint_id, payload)
 
-    def _append_writes(self, graph: str, checkpoint_id: str, payload: Any) -> None:
+    def _append_writes(self, graph: str, group: str, checkpoint_id: str, payload: Any) -> None:
         from cwstore.identity import compute_id
 
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
@@ -408,7 +414,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 "resourceKey": key,
             }
             try:
-                self.store.append(graph, [node])
+                self.store.append(graph, [node], retention_group=group)
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
@@ -454,7 +460,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             versions = tup.checkpoint["channel_versions"]
             self.put(conf, tup.checkpoint, tup.metadata, versions)
             for batch in item.write_batches:
-                self._append_writes(graph, tup.checkpoint["id"], batch)
+                self._append_writes(graph, thread_prefix(thread_id), tup.checkpoint["id"], batch)
 
     def _rewrite(self, graph: str, keep: Sequence[Loaded], reason: str) -> None:
         thread_id, ns = _split(graph)

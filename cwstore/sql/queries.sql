@@ -33,6 +33,10 @@ SELECT cwstore.declare_frontier_v1($1, $2::text[])
 SELECT seq, id, created_at, recorded_at, written, payload_text, incarnation
   FROM cwstore.append_v1($1, $2::json, $3, $4::json, $5)
 
+-- name: set_retention_group
+-- The retention group of the graphs this transaction creates (graphs.retention_group).
+SELECT pg_catalog.set_config('cwstore.retention_group', $1, true)
+
 -- name: export
 -- Graph $1 as of sequence $2, or time $3, or now: (length, seq, part, nodes, frontier)
 -- rows; the first (part -1) has the frontier, the others the nodes array in parts.
@@ -133,12 +137,12 @@ SELECT graph, nodes FROM cwstore.erase_tenant_v1($1, $2, $3)
 -- name: idle_graphs
 -- The graphs idle longer than $1 (of tenant $2, or every tenant when NULL) that the
 -- caller may erase, by name.
-SELECT graph, tenant, length, last_write
+SELECT graph, tenant, length, last_write, retention_group
   FROM cwstore.idle_graphs_v1($1::interval, $2)
  ORDER BY graph
 
 -- name: erase_idle
 -- Erase up to $4 graphs idle longer than $1 (of tenant $2, or all when NULL; reason
 -- $3); the graphs erased (none = done).
-SELECT graph, tenant, nodes, last_write
+SELECT graph, tenant, nodes, last_write, retention_group
   FROM cwstore.erase_idle_v1($1::interval, $2, $3, $4)

@@ -294,3 +294,22 @@ async def test_tail_all_delivers_the_erasure_between_the_lives(store: Any) -> No
     finally:
         await it.aclose()
     assert again == mine[3:]
+
+
+async def test_append_puts_a_new_graph_in_a_retention_group(store: Any, db_dsn: str) -> None:
+    tenant, group = _name("grp"), _name("thread")
+    writer = await _other(store, db_dsn, tenant=tenant)
+    names = sorted(_name("g") for _ in range(2))
+    try:
+        for g in names:
+            node = {"kind": "goal", "parents": [], "payload": g}
+            await writer.append(g, [node], retention_group=group)
+        with pytest.raises(cwstore.InputError):
+            await writer.append(_name("g"), [node], retention_group="")
+    finally:
+        await writer.close()
+    await asyncio.sleep(0.3)
+    found = await store.idle_graphs(timedelta(milliseconds=100), tenant=tenant)
+    assert [(i.graph, i.retention_group) for i in found] == [(g, group) for g in names]
+    erased = await store.erase_idle(timedelta(milliseconds=100), tenant=tenant, batch=1)
+    assert sorted((e.graph, e.retention_group) for e in erased) == [(g, group) for g in names]

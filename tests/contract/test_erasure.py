@@ -1029,13 +1029,15 @@ def test_retention_erases_exactly_the_idle_graphs(own_db: str, setup: Roles) -> 
         ).fetchall()
         assert {r[0] for r in listed} == idle_acme | idle_globex
         for g, tenant, length, last_write in listed:
+            # Written at: the last write's last statement, after its start.
             expected = c.execute(
-                "SELECT g.tenant, g.length, coalesce(max(n.recorded_at), g.created_at)"
+                "SELECT g.tenant, g.length, g.written_at,"
+                " g.written_at >= coalesce(max(n.recorded_at), g.created_at)"
                 " FROM cwstore.graphs g LEFT JOIN cwstore.nodes n USING (graph_id)"
                 " WHERE g.name = %s GROUP BY g.graph_id",
                 (g,),
             ).fetchone()
-            assert (tenant, length, last_write) == expected, g
+            assert (tenant, length, last_write, True) == expected, g
         only_globex = c.execute(
             f"SELECT graph FROM cwstore.idle_graphs_v1({IDLE_SINCE}, 'globex')", (cut,)
         ).fetchall()
@@ -1292,3 +1294,110 @@ def test_tail_all_v2_delivers_the_erasure_between_two_lives(db_dsn: str) -> None
         v1 = c.execute("SELECT graph_id, seq FROM cwstore.tail_all_v1(0, 0, 0, 100000)").fetchall()
         assert [s for k, s in v1 if k == new_key] == [1]
         assert all(s != MAX_SEQ for _, s in v1)
+
+
+def test_a_write_committed_after_the_cut_is_not_idle(own_db: str) -> None:
+    # A transaction that started before the cut and wrote after it: its nodes'
+    # recorded_at is the transaction's start, but the graph was written after the cut.
+    g = new_graph("long-tx")
+    with psycopg.connect(own_db, autocommit=True) as c, psycopg.connect(own_db) as w:
+        w.execute("SELECT now()")
+        cut = one(w, "SELECT clock_timestamp()")
+        append_sql(w, g, two_nodes(g))
+        w.commit()
+        assert one(c, f"SELECT count(*) FROM cwstore.idle_graphs_v1({IDLE_SINCE})", (cut,)) == 0
+        erased = c.execute(
+            f"SELECT graph FROM cwstore.erase_idle_v1({IDLE_SINCE}, NULL, 'retention')", (cut,)
+        ).fetchall()
+        assert erased == []
+        assert one(c, "SELECT length FROM cwstore.graphs WHERE name = %s", (g,)) == 2
+
+
+def _grouped(c: psycopg.Connection[Any], group: str, prefix: str) -> str:
+    g = new_graph(prefix)
+    c.execute("SELECT set_config('cwstore.retention_group', %s, false)", (group,))
+    append_sql(c, g, two_nodes(g))
+    c.execute("RESET cwstore.retention_group")
+    return g
+
+
+def test_a_retention_group_is_idle_and_erased_as_one(own_db: str) -> None:
+    group = f"thread-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(own_db, autocommit=True) as c, psycopg.connect(own_db) as holder:
+        old = sorted([_grouped(c, group, "grp-old"), _grouped(c, group, "grp-old")])
+        alone = new_graph("alone")
+        append_sql(c, alone, two_nodes(alone))
+        cut = one(c, "SELECT clock_timestamp()")
+        fresh = _grouped(c, group, "grp-fresh")
+        assert {
+            r[0]: r[1]
+            for r in c.execute(
+                "SELECT name, retention_group FROM cwstore.graphs WHERE name = ANY (%s)",
+                ([*old, fresh, alone],),
+            )
+        } == {old[0]: group, old[1]: group, fresh: group, alone: None}
+        # One graph of the group written after the cut: none of it is idle.
+        listed = c.execute(
+            f"SELECT graph, retention_group FROM cwstore.idle_graphs_v1({IDLE_SINCE})", (cut,)
+        ).fetchall()
+        assert listed == [(alone, None)]
+        erased = c.execute(
+            f"SELECT graph FROM cwstore.erase_idle_v1({IDLE_SINCE}, NULL, 'retention', 1)", (cut,)
+        ).fetchall()
+        assert erased == [(alone,)]
+        # Every graph idle, one held by a writer: nothing of the group goes.
+        cut = one(c, "SELECT clock_timestamp()")
+        holder.execute("SELECT 1 FROM cwstore.graphs WHERE name = %s FOR UPDATE", (old[1],))
+        idle = (
+            "SELECT graph, retention_group FROM"
+            f" cwstore.erase_idle_v1({IDLE_SINCE}, NULL, 'retention', 1)"
+        )
+        assert c.execute(idle, (cut,)).fetchall() == []
+        holder.rollback()
+        # Free: the whole group in one call, past the batch of 1.
+        erased = c.execute(idle, (cut,)).fetchall()
+        assert sorted(erased) == sorted((g, group) for g in [*old, fresh])
+        assert (
+            one(c, "SELECT count(*) FROM cwstore.graphs WHERE retention_group = %s", (group,)) == 0
+        )
+
+
+def test_a_retention_group_too_long_is_refused(db_dsn: str) -> None:
+    g = new_graph("bad-group")
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        c.execute("SELECT set_config('cwstore.retention_group', %s, false)", ("x" * 2001,))
+        with pytest.raises(psycopg.errors.CheckViolation) as e:
+            append_sql(c, g, two_nodes(g))
+        assert e.value.diag.constraint_name == "graphs_retention_group_check"
+        assert one(c, "SELECT count(*) FROM cwstore.graphs WHERE name = %s", (g,)) == 0
+
+
+def _stats_holding(c: psycopg.Connection[Any], secret: str) -> list[tuple[str, str]]:
+    return [
+        (str(r[0]), str(r[1]))
+        for r in c.execute(
+            "SELECT tablename, attname FROM pg_stats WHERE schemaname = 'cwstore'"
+            " AND concat_ws(' ', most_common_vals::text, histogram_bounds::text,"
+            "               most_common_elems::text) LIKE '%%' || %s || '%%'",
+            (secret,),
+        )
+    ]
+
+
+def test_erased_content_stays_in_no_planner_statistics(own_db: str) -> None:
+    secret = f"zq{uuid.uuid4().hex[:10]}"
+    g = f"user:{secret}@example.org"
+    with psycopg.connect(own_db, autocommit=True) as c:
+        c.execute("SELECT set_config('cwstore.retention_group', %s, false)", (g,))
+        for i in range(20):
+            append_sql(
+                c,
+                f"{g}/{i}",
+                [node("goal", {"secret": secret}, [], key=f"memory:{secret}")],
+            )
+        c.execute("ANALYZE")
+        before = _stats_holding(c, secret)
+        for i in range(20):
+            c.execute(ERASE, (f"{g}/{i}", "forget me"))
+        c.execute("ANALYZE")
+        assert (before, _stats_holding(c, secret)) == ([], [])

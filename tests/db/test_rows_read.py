@@ -137,3 +137,34 @@ def test_reads_of_a_long_graph_read_a_node_per_row_they_return(new_db: str) -> N
     assert {name: refused for name, (_, refused) in read.items() if refused} == {}
     many = {name: rows for name, (rows, _) in read.items() if rows >= FEW}
     assert many == {}, f"node rows read on a {len(long_['nodes'])}-node graph"
+
+
+_SPANS_READ = (
+    "SELECT pg_stat_get_xact_tuples_returned('cwstore.frontier_spans'::regclass)"
+    " + pg_stat_get_xact_tuples_fetched('cwstore.frontier_spans'::regclass)"
+)
+
+
+def test_erasing_a_graph_reads_its_own_frontier_spans(new_db: str) -> None:
+    # The session's plans made on a near-empty table, then many graphs' spans.
+    with psycopg.connect(new_db, autocommit=True) as conn:
+        with cwstore.connect_sync(new_db) as store:
+            store.import_state("spans-first", document(chain(2, tag="spans-first")))
+            conn.execute("SELECT cwstore.erase_graph_v1('spans-first')")
+            store.import_state("spans-long", document(chain(LONG, tag="spans-long")))
+            store.import_state("spans-victim", document(chain(3, tag="spans-victim")))
+        graph_id = conn.execute(
+            "SELECT graph_id FROM cwstore.graphs WHERE name = 'spans-victim'"
+        ).fetchone()
+        total = conn.execute("SELECT count(*) FROM cwstore.frontier_spans").fetchone()
+        with conn.transaction():
+            before = conn.execute(_SPANS_READ).fetchone()
+            conn.execute("SELECT cwstore.erase_graph_v1('spans-victim')")
+            after = conn.execute(_SPANS_READ).fetchone()
+        left = conn.execute(
+            "SELECT count(*) FROM cwstore.frontier_spans WHERE graph_id = %s", graph_id
+        ).fetchone()
+    assert before is not None and after is not None and total is not None
+    assert total[0] > LONG and left == (0,)
+    reads = int(after[0]) - int(before[0])
+    assert reads < FEW, f"erasing a 3-node graph read {reads} of {total[0]} span rows"

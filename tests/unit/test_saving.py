@@ -32,6 +32,8 @@ from cwstore.suffix import SavedPrefix, SaveMemory, read_state
 
 GRAPH = "g"
 GRAPH_ID = 7
+LIFE = 11
+"""The life (incarnation) of the graph the tests store to."""
 
 
 def _builder(nodes: int) -> GraphBuilder:
@@ -58,6 +60,7 @@ def _written(
             "recorded_at": None,
             "written": True,
             "payload_text": None,
+            "incarnation": LIFE,
         }
         for i, n in enumerate(step.nodes, start=1)
     ]
@@ -68,7 +71,7 @@ def _one_node_past_the_remembered() -> tuple[SaveMemory, dict[str, Any]]:
     """A memory holding the graph's first 4 nodes, and a state of 5."""
     b = _builder(4)
     memory = SaveMemory()
-    memory.remember(GRAPH, SavedPrefix.of_state(read_state(b.state()), 4))
+    memory.remember(GRAPH, SavedPrefix.of_state(read_state(b.state()), 4, LIFE))
     b.inference("one more")
     return memory, b.state()
 
@@ -86,7 +89,7 @@ def test_a_first_save_reads_the_graph_then_appends_everything() -> None:
     plan = SavePlan(memory, GRAPH, state, None)
     assert plan.start() == ReadGraph()
     step = plan.answer(None)
-    assert step == AppendNodes(state["nodes"], 0, state["frontier"])
+    assert step == AppendNodes(state["nodes"], 0, state["frontier"], None)
     done = plan.answer(_written(step, 0))
     assert isinstance(done, Saved)
     assert [n.id for n in done.nodes] == [n["id"] for n in state["nodes"]]
@@ -97,7 +100,7 @@ def test_a_remembered_graph_appends_only_the_new_nodes_without_reading() -> None
     memory, state = _one_node_past_the_remembered()
     plan = SavePlan(memory, GRAPH, state, None)
     step = plan.start()
-    assert step == AppendNodes(state["nodes"][4:], 4, state["frontier"])
+    assert step == AppendNodes(state["nodes"][4:], 4, state["frontier"], LIFE)
     done = plan.answer(_written(step, 4))
     assert isinstance(done, Saved) and [n.sequence for n in done.nodes] == [5]
     assert _remembered(memory, state) == 5
@@ -109,29 +112,57 @@ def test_nothing_new_reads_the_length_and_frontier_once(moved: bool) -> None:
     frontier again (the last node re-sent) only when it differs."""
     state = _builder(4).state()
     memory = SaveMemory()
-    memory.remember(GRAPH, SavedPrefix.of_state(read_state(state), 4))
+    memory.remember(GRAPH, SavedPrefix.of_state(read_state(state), 4, LIFE))
     plan = SavePlan(memory, GRAPH, state, None)
     assert plan.start() == ReadGraph()
-    assert plan.answer(StoredGraph(GRAPH_ID, 4)) == ReadFrontier(GRAPH_ID)
+    assert plan.answer(StoredGraph(GRAPH_ID, 4, LIFE)) == ReadFrontier(GRAPH_ID)
     if not moved:
         assert plan.answer(list(state["frontier"])) == Saved([])
         return
     step = plan.answer(["cw_elsewhere"])
-    assert step == AppendNodes(state["nodes"][-1:], 4, state["frontier"])
+    assert step == AppendNodes(state["nodes"][-1:], 4, state["frontier"], LIFE)
     assert plan.answer(([], [])) == Saved([])
     assert _remembered(memory, state) == 4
+
+
+def test_nothing_new_on_a_later_life_of_the_same_length_goes_cold() -> None:
+    """The graph was erased and made again with as many nodes: the life differs, so
+    the plan compares what is stored instead of trusting its memory."""
+    state = _builder(4).state()
+    memory = SaveMemory()
+    memory.remember(GRAPH, SavedPrefix.of_state(read_state(state), 4, LIFE))
+    plan = SavePlan(memory, GRAPH, state, None)
+    assert plan.start() == ReadGraph()
+    assert plan.answer(StoredGraph(GRAPH_ID, 4, LIFE + 1)) == ReadGraph()
+    assert _remembered(memory, state) is None
+    ids = [n["id"] for n in state["nodes"]]
+    assert plan.answer(StoredGraph(GRAPH_ID, 4, LIFE + 1)) == FindMismatch(GRAPH_ID, ids)
+
+
+def test_new_nodes_go_to_the_remembered_life_and_the_written_life_is_kept() -> None:
+    memory, state = _one_node_past_the_remembered()
+    step = SavePlan(memory, GRAPH, state, None).start()
+    assert isinstance(step, AppendNodes) and step.incarnation == LIFE
+    fresh = SaveMemory()
+    plan = SavePlan(fresh, GRAPH, state, None)
+    assert plan.start() == ReadGraph()
+    first = plan.answer(None)
+    assert isinstance(first, AppendNodes) and first.incarnation is None  # creates it
+    plan.answer(_written(first, 0))
+    known = fresh.unchanged(GRAPH, read_state(state), None)
+    assert known is not None and known.incarnation == LIFE
 
 
 def test_nothing_new_on_a_graph_that_grew_goes_cold_and_diverges() -> None:
     state = _builder(4).state()
     memory = SaveMemory()
-    memory.remember(GRAPH, SavedPrefix.of_state(read_state(state), 4))
+    memory.remember(GRAPH, SavedPrefix.of_state(read_state(state), 4, LIFE))
     plan = SavePlan(memory, GRAPH, state, None)
     assert plan.start() == ReadGraph()
-    assert plan.answer(StoredGraph(GRAPH_ID, 5)) == ReadGraph()  # a snapshot of its own
+    assert plan.answer(StoredGraph(GRAPH_ID, 5, LIFE)) == ReadGraph()  # a snapshot of its own
     assert _remembered(memory, state) is None
     with pytest.raises(DivergedError) as info:
-        plan.answer(StoredGraph(GRAPH_ID, 5))
+        plan.answer(StoredGraph(GRAPH_ID, 5, LIFE))
     assert (info.value.position, info.value.stored_length) == (5, 5)
 
 
@@ -153,7 +184,7 @@ def test_a_refused_append_forgets_the_graph_and_compares_what_is_stored(
     assert isinstance(plan.start(), AppendNodes)
     assert plan.refused(refusal) == ReadGraph()
     step = plan.answer(None)
-    assert step == AppendNodes(state["nodes"], 0, state["frontier"])
+    assert step == AppendNodes(state["nodes"], 0, state["frontier"], None)
     done = plan.answer(_written(step, 0))
     assert isinstance(done, Saved) and len(done.nodes) == 5
 
@@ -185,9 +216,9 @@ def test_cold_compares_the_stored_ids_in_the_same_snapshot() -> None:
     memory = SaveMemory()
     plan = SavePlan(memory, GRAPH, state, None)
     assert plan.start() == ReadGraph()
-    assert plan.answer(StoredGraph(GRAPH_ID, 3)) == FindMismatch(GRAPH_ID, ids[:3])
+    assert plan.answer(StoredGraph(GRAPH_ID, 3, LIFE)) == FindMismatch(GRAPH_ID, ids[:3])
     step = plan.answer(None)
-    assert step == AppendNodes(state["nodes"][3:], 3, state["frontier"])
+    assert step == AppendNodes(state["nodes"][3:], 3, state["frontier"], LIFE)
     done = plan.answer(_written(step, 3))
     assert isinstance(done, Saved) and [n.sequence for n in done.nodes] == [4, 5]
     assert _remembered(memory, state) == 5
@@ -197,7 +228,7 @@ def test_cold_raises_diverged_at_the_first_other_id() -> None:
     state = _builder(4).state()
     plan = SavePlan(SaveMemory(), GRAPH, state, None)
     plan.start()
-    assert isinstance(plan.answer(StoredGraph(GRAPH_ID, 3)), FindMismatch)
+    assert isinstance(plan.answer(StoredGraph(GRAPH_ID, 3, LIFE)), FindMismatch)
     with pytest.raises(DivergedError) as info:
         plan.answer(2)
     assert (info.value.position, info.value.stored_length) == (2, 3)
@@ -208,7 +239,7 @@ def test_cold_on_the_whole_state_with_its_frontier_writes_nothing_and_remembers(
     memory = SaveMemory()
     plan = SavePlan(memory, GRAPH, state, None)
     plan.start()
-    assert isinstance(plan.answer(StoredGraph(GRAPH_ID, 4)), FindMismatch)
+    assert isinstance(plan.answer(StoredGraph(GRAPH_ID, 4, LIFE)), FindMismatch)
     assert plan.answer(None) == ReadFrontier(GRAPH_ID)
     assert plan.answer(list(state.frontier)) == Saved([])
     assert _remembered(memory, state) == 4
@@ -218,7 +249,7 @@ def test_a_stale_expected_length_is_a_length_conflict() -> None:
     plan = SavePlan(SaveMemory(), GRAPH, _builder(4).state(), 2)
     plan.start()
     with pytest.raises(LengthConflictError) as info:
-        plan.answer(StoredGraph(GRAPH_ID, 3))
+        plan.answer(StoredGraph(GRAPH_ID, 3, LIFE))
     assert (info.value.expected_length, info.value.actual_length) == (2, 3)
 
 

@@ -29,14 +29,23 @@ CREATE TABLE cwstore.graphs (
   created_at   timestamptz NOT NULL DEFAULT now(),
   key_probe    integer NOT NULL DEFAULT 0,
   incarnation  bigint NOT NULL DEFAULT nextval('cwstore.graph_incarnations'),
+  written_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+  retention_group text
+    DEFAULT nullif(pg_catalog.current_setting('cwstore.retention_group', true), ''),
   CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
   CONSTRAINT graphs_length_check CHECK (length >= 0),
   CONSTRAINT graphs_vocabulary_check CHECK (
     vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32
-                           AND array_position(vocabulary, NULL) IS NULL))
+                           AND array_position(vocabulary, NULL) IS NULL)),
+  CONSTRAINT graphs_retention_group_check CHECK (
+    retention_group <> '' AND octet_length(retention_group) <= 2000)
 );
+-- The graphs of a retention group (cwstore._idle, erase_idle_v1): a group is looked up
+-- within its tenant.
+CREATE INDEX graphs_retention_group_idx ON cwstore.graphs (tenant, retention_group)
+  WHERE retention_group IS NOT NULL;
 COMMENT ON TABLE cwstore.graphs IS
-  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. The row is the per-graph lock of the append path.';
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). The row is the per-graph lock of the append path.';
 
 CREATE TABLE cwstore.graph_key_detours (
   slot      bigint NOT NULL,
@@ -205,3 +214,33 @@ CREATE UNLOGGED TABLE cwstore.listeners (
 );
 COMMENT ON TABLE cwstore.listeners IS
   'Backends that LISTEN on channel cwstore (cwstore.listen_v1): the nodes trigger sends its wake-up only while this table holds a row. Unlogged: after a crash nobody listens.';
+
+-- No planner statistics on content. ANALYZE copies sample values of a column (its most
+-- common values, histogram bounds) into pg_statistic, where they outlive the rows an
+-- erasure removes (docs/erasure.md, "What still holds the data"). A statistics target
+-- of 0 makes ANALYZE skip the column: these columns hold names, ids, payloads, keys and
+-- times written by agents. The plans do not need them: every query of a graph descends
+-- an index led by graph_id (whose statistics stay), and a column without statistics
+-- gets PostgreSQL's default selectivity. Kept: graph_id, seqs, counts, kind (one of
+-- cwstore.node_kinds()), tenant (also in the audit record), xid.
+ALTER TABLE cwstore.graphs
+  ALTER COLUMN name SET STATISTICS 0,
+  ALTER COLUMN vocabulary SET STATISTICS 0,
+  ALTER COLUMN created_at SET STATISTICS 0,
+  ALTER COLUMN written_at SET STATISTICS 0,
+  ALTER COLUMN retention_group SET STATISTICS 0;
+ALTER TABLE cwstore.nodes
+  ALTER COLUMN id SET STATISTICS 0,
+  ALTER COLUMN parents SET STATISTICS 0,
+  ALTER COLUMN payload_text SET STATISTICS 0,
+  ALTER COLUMN created_at_text SET STATISTICS 0,
+  ALTER COLUMN created_at SET STATISTICS 0,
+  ALTER COLUMN resource_key SET STATISTICS 0,
+  ALTER COLUMN recorded_at SET STATISTICS 0;
+ALTER TABLE cwstore.frontier_declarations
+  ALTER COLUMN heads SET STATISTICS 0,
+  ALTER COLUMN declared_at SET STATISTICS 0;
+ALTER TABLE cwstore.key_versions ALTER COLUMN key SET STATISTICS 0;
+ALTER TABLE cwstore.key_heads
+  ALTER COLUMN key SET STATISTICS 0,
+  ALTER COLUMN head_id SET STATISTICS 0;

@@ -284,15 +284,17 @@ END $$;
 
 -- _advance_length(graph_id, lo, hi, count): gapless: a graph's new rows in a statement
 -- are exactly length+1 .. length+count (CW400 sequence otherwise, CW404 for an unknown
--- graph); then the new length, and a wake-up for followers (NOTIFY is a hint; the table
--- is the truth).
+-- graph); then the new length, and the time of this statement (written_at,
+-- clock_timestamp(): a long transaction's last statement, not its start, so retention
+-- measures idleness from the end of the last write), and a wake-up for followers
+-- (NOTIFY is a hint; the table is the truth).
 CREATE FUNCTION cwstore._advance_length(p_graph_id bigint, p_lo bigint, p_hi bigint,
                                         p_count bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
   r record;
 BEGIN
-  UPDATE cwstore.graphs g SET length = p_hi
+  UPDATE cwstore.graphs g SET length = p_hi, written_at = clock_timestamp()
    WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count;
   IF NOT FOUND THEN
     SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;

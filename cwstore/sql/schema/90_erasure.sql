@@ -43,7 +43,14 @@ BEGIN
                       (SELECT n.xid FROM cwstore.nodes n
                         WHERE n.graph_id = NEW.graph_id AND n.seq = g.length));
   DELETE FROM cwstore.edges WHERE graph_id = NEW.graph_id;
-  DELETE FROM cwstore.frontier_spans WHERE graph_id = NEW.graph_id;
+  -- Open spans by their partial btree, closed ones by the box index: a box covering
+  -- every sequence of the graph (neither index serves graph_id = alone).
+  DELETE FROM cwstore.frontier_spans
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq();
+  DELETE FROM cwstore.frontier_spans
+   WHERE graph_id = NEW.graph_id AND to_seq <> cwstore.infinity_seq()
+     AND cwstore.span_band(graph_id, from_seq, to_seq)
+         && cwstore.span_band(NEW.graph_id, 0, cwstore.infinity_seq());
   DELETE FROM cwstore.frontier_declarations WHERE graph_id = NEW.graph_id;
   DELETE FROM cwstore.key_versions WHERE graph_id = NEW.graph_id;
   DELETE FROM cwstore.key_heads WHERE graph_id = NEW.graph_id;
@@ -183,27 +190,36 @@ BEGIN
   END IF;
 END $$;
 
+-- Retention. A graph is idle since its written_at: the time of the last statement of its
+-- last write (40_derive.sql), or its creation when it holds no node. A retention group
+-- (graphs.retention_group, within a tenant) is idle when every graph of it is, and is
+-- erased whole or not at all.
+
 -- _idle(idle, tenant, all, tenants, after, limit) -> up to limit (NULL: every) graphs
 --   with a key above after, idle longer than idle, of the tenant (every tenant when
---   NULL) and of the tenants given (all of them when all), in key order: idle since the
---   last node was recorded, or since creation when the graph holds none. Cost: one
---   lookup of the last node per graph read. plpgsql: Citus cannot plan a SQL
---   function's parameterized query over distributed tables.
+--   NULL) and of the tenants given (all of them when all), in key order; a graph of a
+--   group only when no graph of its group was written since. Cost: a scan of graphs
+--   (no node read). plpgsql: Citus cannot plan a SQL function's parameterized query
+--   over distributed tables; the group test is an uncorrelated subquery for the same
+--   reason.
 CREATE FUNCTION cwstore._idle(p_idle interval, p_tenant text, p_all boolean,
                               p_tenants text[], p_after bigint, p_limit integer)
 RETURNS TABLE (graph_id bigint, graph text, tenant text, length bigint,
-               last_write timestamptz)
+               last_write timestamptz, retention_group text, incarnation bigint)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN QUERY
-  SELECT g.graph_id, g.name, g.tenant, g.length, coalesce(n.recorded_at, g.created_at)
+  SELECT g.graph_id, g.name, g.tenant, g.length, g.written_at, g.retention_group,
+         g.incarnation
     FROM cwstore.graphs g
-    LEFT JOIN LATERAL (SELECT n.recorded_at FROM cwstore.nodes n
-                        WHERE n.graph_id = g.graph_id AND n.seq = g.length LIMIT 1) n ON true
    WHERE g.graph_id > p_after
      AND (p_tenant IS NULL OR g.tenant = p_tenant)
      AND (p_all OR g.tenant = ANY (p_tenants))
-     AND coalesce(n.recorded_at, g.created_at) < now() - p_idle
+     AND g.written_at < now() - p_idle
+     AND (g.retention_group IS NULL
+          OR (g.tenant, g.retention_group) NOT IN (
+               SELECT o.tenant, o.retention_group FROM cwstore.graphs o
+                WHERE o.retention_group IS NOT NULL AND o.written_at >= now() - p_idle))
    ORDER BY g.graph_id
    LIMIT p_limit;
 END $$;
@@ -218,61 +234,118 @@ $$;
 
 -- idle_graphs_v1(idle, tenant) -> what erase_idle_v1 would erase now (a dry run).
 CREATE FUNCTION cwstore.idle_graphs_v1(p_idle interval, p_tenant text DEFAULT NULL)
-RETURNS TABLE (graph text, tenant text, length bigint, last_write timestamptz)
+RETURNS TABLE (graph text, tenant text, length bigint, last_write timestamptz,
+               retention_group text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_tenants text[] := cwstore._erasable_tenants();
 BEGIN
   PERFORM cwstore._check_idle(p_idle);
   RETURN QUERY
-  SELECT i.graph, i.tenant, i.length, i.last_write
+  SELECT i.graph, i.tenant, i.length, i.last_write, i.retention_group
     FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants, -1, NULL) i;
 END $$;
 COMMENT ON FUNCTION cwstore.idle_graphs_v1(interval, text) IS
-  'The graphs idle longer than an interval (of a tenant, or every tenant when NULL) that the caller may erase: what erase_idle_v1 would erase. Erases nothing.';
+  'The graphs idle longer than an interval (of a tenant, or every tenant when NULL) that the caller may erase: what erase_idle_v1 would erase. Idle: nothing written since (graphs.written_at), and likewise for every graph of its retention group. Erases nothing.';
+
+-- _lock_idle(graph_id, incarnation, cutoff) -> the graph's row, locked, when it is still
+--   that life and written before cutoff; NULL when a writer holds it (SKIP LOCKED: a
+--   graph with a write in flight is not idle), it is gone, or it is another life or was
+--   written since. A write kept open holds the lock until it ends.
+CREATE FUNCTION cwstore._lock_idle(p_graph_id bigint, p_incarnation bigint,
+                                   p_cutoff timestamptz) RETURNS cwstore.graphs
+LANGUAGE plpgsql AS $$
+DECLARE
+  g cwstore.graphs;
+BEGIN
+  SELECT * INTO g FROM cwstore.graphs x WHERE x.graph_id = p_graph_id FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND OR g.incarnation <> p_incarnation OR g.written_at >= p_cutoff THEN
+    RETURN NULL;
+  END IF;
+  RETURN g;
+END $$;
+
+-- _lock_idle_group(tenant, group, cutoff) -> every graph of the group, locked (in key
+--   order), when every one is idle before cutoff under its lock; an empty array when
+--   any is locked by a writer, was written since, or the group changed meanwhile (then
+--   nothing of it is erased). Each member is locked by its key (one shard on Citus).
+CREATE FUNCTION cwstore._lock_idle_group(p_tenant text, p_group text, p_cutoff timestamptz)
+RETURNS cwstore.graphs[] LANGUAGE plpgsql AS $$
+DECLARE
+  v_members cwstore.graphs[] := '{}';
+  g cwstore.graphs;
+  m record;
+BEGIN
+  FOR m IN SELECT x.graph_id, x.incarnation FROM cwstore.graphs x
+            WHERE x.tenant = p_tenant AND x.retention_group = p_group
+            ORDER BY x.graph_id LOOP
+    g := cwstore._lock_idle(m.graph_id, m.incarnation, p_cutoff);
+    IF g IS NULL THEN
+      RETURN '{}';
+    END IF;
+    v_members := v_members || g;
+  END LOOP;
+  -- A graph that joined the group meanwhile (created since the list was read).
+  IF (SELECT count(*) FROM cwstore.graphs x
+       WHERE x.tenant = p_tenant AND x.retention_group = p_group)
+     <> cardinality(v_members) THEN
+    RETURN '{}';
+  END IF;
+  RETURN v_members;
+END $$;
 
 -- erase_idle_v1(idle, tenant, reason, batch) -> the graphs erased
 --   Erases up to batch graphs idle longer than idle, each checked again under its lock
---   (a graph written meanwhile is kept) and recorded; a graph a writer holds locked is
---   skipped (it is not idle). Call it until it returns no row: each call is one short
---   transaction.
+--   (a graph written meanwhile, or another life of its name, is kept) and recorded; a
+--   graph a writer holds locked is skipped (it is not idle). A retention group is
+--   erased whole in one call (even past batch) or not at all: when any graph of it is
+--   locked or not idle under the lock, none is. Call it until it returns no row: each
+--   call is one short transaction.
 CREATE FUNCTION cwstore.erase_idle_v1(p_idle interval, p_tenant text DEFAULT NULL,
                                       p_reason text DEFAULT NULL, p_batch integer DEFAULT 100)
-RETURNS TABLE (graph text, tenant text, nodes bigint, last_write timestamptz)
+RETURNS TABLE (graph text, tenant text, nodes bigint, last_write timestamptz,
+               retention_group text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_tenants text[] := cwstore._erasable_tenants();
+  v_cutoff timestamptz;
   v_after bigint := -1;
   v_left integer := p_batch;
+  v_seen text[] := '{}';
   v_found boolean;
-  v_last timestamptz;
+  v_unit cwstore.graphs[];
   r record;
-  c record;
+  g cwstore.graphs;
 BEGIN
   PERFORM cwstore._check_idle(p_idle);
   PERFORM cwstore._check_batch(p_batch);
+  v_cutoff := now() - p_idle;
   -- Candidates in key order, a batch at a time, until batch graphs are erased.
   LOOP
     v_found := false;
-    FOR r IN SELECT i.graph_id, i.graph, i.tenant
+    FOR r IN SELECT i.graph_id, i.tenant, i.retention_group, i.incarnation
                FROM cwstore._idle(p_idle, p_tenant, v_tenants IS NULL, v_tenants, v_after,
                                   p_batch) i LOOP
       v_found := true;
       v_after := r.graph_id;
-      -- Locked, then checked again: still the same graph of the same tenant, still idle.
-      SELECT g.name, g.tenant, g.length, g.created_at, g.incarnation INTO c
-        FROM cwstore.graphs g WHERE g.graph_id = r.graph_id FOR UPDATE SKIP LOCKED;
-      CONTINUE WHEN NOT FOUND OR c.name <> r.graph OR c.tenant <> r.tenant;
-      v_last := coalesce((SELECT n.recorded_at FROM cwstore.nodes n
-                           WHERE n.graph_id = r.graph_id AND n.seq = c.length), c.created_at);
-      CONTINUE WHEN v_last >= now() - p_idle;
-      graph := r.graph;
-      tenant := c.tenant;
-      last_write := v_last;
-      nodes := cwstore._erase(r.graph_id, c.incarnation, p_reason);
-      RETURN NEXT;
-      v_left := v_left - 1;
-      IF v_left = 0 THEN
+      IF r.retention_group IS NULL THEN
+        v_unit := ARRAY[cwstore._lock_idle(r.graph_id, r.incarnation, v_cutoff)];
+        CONTINUE WHEN v_unit[1] IS NULL;
+      ELSE
+        CONTINUE WHEN jsonb_build_array(r.tenant, r.retention_group)::text = ANY (v_seen);
+        v_seen := v_seen || jsonb_build_array(r.tenant, r.retention_group)::text;
+        v_unit := cwstore._lock_idle_group(r.tenant, r.retention_group, v_cutoff);
+      END IF;
+      FOREACH g IN ARRAY v_unit LOOP
+        graph := g.name;
+        tenant := g.tenant;
+        last_write := g.written_at;
+        retention_group := g.retention_group;
+        nodes := cwstore._erase(g.graph_id, g.incarnation, p_reason);
+        RETURN NEXT;
+        v_left := v_left - 1;
+      END LOOP;
+      IF v_left <= 0 THEN
         RETURN;
       END IF;
     END LOOP;
@@ -280,4 +353,4 @@ BEGIN
   END LOOP;
 END $$;
 COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS
-  'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; call until no row.';
+  'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; a retention group goes whole or not at all. Call until no row.';
