@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import psycopg
 import pytest
@@ -140,11 +140,11 @@ def _stuck_backends(admin: psycopg.Connection[tuple[object, ...]], holder: int) 
     return [int(str(r[0])) for r in rows]
 
 
-def _wait_for(what: str, check: object, deadline: float = 60.0) -> None:
+def _wait_for(what: str, check: Callable[[], object], deadline: float = 60.0) -> None:
     """Poll ``check()`` until it is true; an AssertionError naming ``what`` after
     ``deadline`` seconds (a bound on the wait, not a measure of speed)."""
     end = time.monotonic() + deadline
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > end:
             raise AssertionError(f"{what}: not within {deadline}s")
         time.sleep(0.1)
