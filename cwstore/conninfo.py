@@ -1,257 +1,254 @@
-"""libpq's connection strings, read as libpq reads them (pure, no driver).
+"""libpq's connection strings for the asyncpg client: read by libpq, honoured or refused.
 
-:func:`parse_conninfo` takes both forms libpq takes and returns the settings in libpq's
-order, as ``PQconninfoParse`` would (``fe-connect.c``):
+A connection string (``key=value`` or a ``postgresql://`` URI) is read by libpq's own
+parser (``PQconninfoParse``, through psycopg's :func:`~psycopg.conninfo.conninfo_to_dict`),
+with the settings of a named ``service`` (``pg_service.conf``) and of libpq's
+environment variables (``PGHOSTADDR``, ``PGREQUIREAUTH``, ...) under it, as libpq
+resolves them. :func:`asyncpg_target` then hands asyncpg only what it honours as libpq
+does, and refuses with :class:`InputError` any setting it would not: asyncpg sends a
+query parameter it does not know to the server as a session setting, after
+authenticating, so ``hostaddr`` would connect elsewhere and ``require_auth`` or
+``channel_binding=require`` would be dropped after the password was sent.
 
-* ``key=value`` strings: settings are separated by whitespace (space, tab, newline,
-  vertical tab, form feed, carriage return; no other), whitespace may surround ``=``, a
-  value is either unquoted (up to the next whitespace) or single-quoted (up to the next
-  unescaped ``'``; the next setting may follow the closing quote at once), and in both a
-  backslash makes the character after it literal (``\\'``, ``\\\\``, ``\\ ``).
-* URIs, ``postgresql://[user[:password]@][host[:port][,...]][/dbname][?key=value&...]``
-  (or ``postgres://``): every part percent-decoded, an IPv6 host in brackets,
-  ``ssl=true`` as JDBC spells ``sslmode=require``.
-
-In both, a later setting replaces an earlier one of the same key, and ``requiressl``
-is the old spelling of ``sslmode``. :func:`format_conninfo` writes settings back as a
-``key=value`` string (as psycopg's ``make_conninfo`` does).
-
-The asyncpg adapter turns a ``key=value`` string into the URL asyncpg takes; the demo
-shows a DSN without its password. Neither needs psycopg for it.
+The psycopg client hands the string to libpq itself and needs none of this.
 """
 
 from __future__ import annotations
 
-import re
-from urllib.parse import unquote
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
 
 from .errors import InputError
 
-__all__ = ["KEYWORDS", "format_conninfo", "parse_conninfo"]
+__all__ = ["AsyncpgTarget", "asyncpg_target", "parse_conninfo"]
 
-KEYWORDS: tuple[str, ...] = (
-    "service",
-    "user",
-    "password",
-    "passfile",
-    "channel_binding",
-    "connect_timeout",
-    "dbname",
-    "host",
-    "hostaddr",
-    "port",
-    "client_encoding",
-    "options",
-    "application_name",
-    "fallback_application_name",
-    "keepalives",
-    "keepalives_idle",
-    "keepalives_interval",
-    "keepalives_count",
-    "tcp_user_timeout",
-    "sslmode",
-    "sslnegotiation",
-    "sslcompression",
-    "sslcert",
-    "sslkey",
-    "sslcertmode",
-    "sslpassword",
-    "sslrootcert",
-    "sslcrl",
-    "sslcrldir",
-    "sslsni",
-    "requirepeer",
-    "require_auth",
-    "min_protocol_version",
-    "max_protocol_version",
-    "ssl_min_protocol_version",
-    "ssl_max_protocol_version",
-    "gssencmode",
-    "krbsrvname",
-    "gsslib",
-    "gssdelegation",
-    "replication",
-    "target_session_attrs",
-    "load_balance_hosts",
-    "scram_client_key",
-    "scram_server_key",
-    "oauth_issuer",
-    "oauth_client_id",
-    "oauth_client_secret",
-    "oauth_scope",
-    "sslkeylogfile",
+_NATIVE = frozenset(
+    {
+        "user",
+        "password",
+        "passfile",
+        "dbname",
+        "host",
+        "port",
+        "options",
+        "application_name",
+        "sslmode",
+        "sslnegotiation",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslrootcert",
+        "sslcrl",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+    }
 )
-"""The settings libpq 18 knows, in its order; any other key is refused, as libpq refuses it."""
-_ORDER = {k: i for i, k in enumerate(KEYWORDS)}
+"""Settings asyncpg reads from its URL (or sends at startup) with libpq's meaning."""
 
-_SPACE = frozenset(" \t\n\v\f\r")
-_QUOTE = frozenset("'")
-_URI_PREFIXES = ("postgresql://", "postgres://")
+_AS_DEFAULT: dict[str, frozenset[str]] = {
+    "channel_binding": frozenset({"disable"}),
+    "gssencmode": frozenset({"disable"}),
+    "gssdelegation": frozenset({"0"}),
+    "sslcertmode": frozenset({"allow"}),
+    "sslsni": frozenset({"1"}),
+    "load_balance_hosts": frozenset({"disable"}),
+    "min_protocol_version": frozenset({"3.0"}),
+    "max_protocol_version": frozenset({"3.0", "3.2", "latest"}),
+    "sslcompression": frozenset({"0", "1"}),
+}
+"""Settings asyncpg has no way to express, accepted with the values that ask for what it
+does anyway (no channel binding, no GSS encryption, a client certificate sent when one is
+given, SNI sent, hosts tried in order, protocol 3.0; SSL compression, which OpenSSL no
+longer offers, is never used) and refused with any other."""
+
+_HELD_BACK = frozenset(
+    {"fallback_application_name", "connect_timeout", "client_encoding", "service"}
+)
+"""Settings honoured by other means than the URL (see :func:`asyncpg_target`)."""
+
+_FROM_ENVIRONMENT = frozenset({"application_name", "options", "connect_timeout", "client_encoding"})
+"""Settings libpq reads from the environment and asyncpg does not; asyncpg reads the
+environment variables of every other setting it honours itself."""
+
+_UTF8 = frozenset({"utf8", "utf-8", "unicode"})
+
+
+@dataclass(frozen=True)
+class AsyncpgTarget:
+    """What asyncpg is handed for a connection string: ``url`` (settings asyncpg reads
+    as libpq does) and ``options``, keyword arguments of ``asyncpg.connect``."""
+
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_conninfo(conninfo: str) -> dict[str, str]:
-    """The settings of a connection string (``key=value`` or a URI), in libpq's order.
+    """The settings of a connection string, as libpq's ``PQconninfoParse`` reads them
+    (in libpq's order; neither a service file nor the environment is read).
 
-    Raises :class:`InputError` naming what is wrong: a key without ``=`` after it, a
-    quoted value never closed, a key libpq does not know, a URI's bad percent-encoding
-    or IPv6 brackets, or a U+0000 character.
+    Raises :class:`InputError` with libpq's words for a string libpq refuses.
     """
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
     if "\0" in conninfo:
         raise InputError("a connection string cannot hold the character U+0000")
-    found: dict[str, str] = {}
-    prefix = next((p for p in _URI_PREFIXES if conninfo.startswith(p)), None)
-    if prefix is None:
-        _parse_pairs(conninfo, found)
-    else:
-        _parse_uri(conninfo, len(prefix), found)
-        for key, value in found.items():
-            try:
-                value.encode()
-            except UnicodeEncodeError:
-                raise InputError(f"the URI's {key} is not UTF-8 once decoded") from None
-    return {k: found[k] for k in sorted(found, key=_ORDER.__getitem__)}
+    try:
+        return {k: str(v) for k, v in conninfo_to_dict(conninfo).items()}
+    except ProgrammingError as exc:
+        raise InputError(f"the connection string is refused: {exc}") from None
+    except UnicodeDecodeError:
+        raise InputError("the connection string is not UTF-8 once decoded") from None
 
 
-def format_conninfo(settings: dict[str, str]) -> str:
-    """``settings`` as a ``key=value`` string libpq reads back to the same settings: a
-    value with whitespace single-quoted, ``\\`` and ``'`` escaped, an empty one ``''``."""
-    return " ".join(f"{k}={_quoted(v)}" for k, v in settings.items())
+def asyncpg_target(dsn: str) -> AsyncpgTarget:
+    """How asyncpg connects where libpq would connect for ``dsn``.
+
+    Every setting in force (the string's, its service's, libpq's environment
+    variables') is honoured as libpq honours it, or refused: the URL carries the
+    settings asyncpg reads as libpq does; ``fallback_application_name`` becomes
+    ``application_name`` when none is given; ``connect_timeout`` asyncpg's ``timeout``;
+    ``client_encoding`` is accepted when it names UTF-8 (asyncpg's only one).
+
+    Raises :class:`InputError` (before anything is sent) for a string libpq refuses, a
+    service no service file defines, or a setting asyncpg cannot honour, naming it:
+    ``hostaddr``, ``require_auth``, ``requirepeer``, ``sslcrldir``, ``sslkeylogfile``,
+    ``replication``, the keepalive and ``tcp_user_timeout`` settings, the SCRAM keys and
+    OAuth settings, and ``channel_binding``, ``gssencmode``, ``gssdelegation``,
+    ``sslcertmode``, ``sslsni``, ``load_balance_hosts`` or a protocol version asking
+    for more than asyncpg does.
+    """
+    given = parse_conninfo(dsn)
+    service = given.get("service") or os.environ.get("PGSERVICE")
+    from_service = _service_settings(service) if service else {}
+    environment, names = _environment_settings()
+    stated = from_service | given
+    for key, value in (environment | stated).items():
+        where = f"setting {key}" if key in stated else f"environment variable {names[key]}"
+        _check(key, value, f"the connection {where}")
+    url_settings = {k: v for k, v in stated.items() if k in _NATIVE and v}
+    for key in [k for k in environment if k in _FROM_ENVIRONMENT and k not in stated]:
+        stated[key] = environment[key]
+        if key in _NATIVE and environment[key]:
+            url_settings[key] = environment[key]
+    if "application_name" not in url_settings and stated.get("fallback_application_name"):
+        url_settings["application_name"] = stated["fallback_application_name"]
+    return AsyncpgTarget(_url(url_settings), _connect_options(stated))
 
 
-def _quoted(value: str) -> str:
+def _check(key: str, value: str, where: str) -> None:
+    """Refuse ``key=value`` (``where``: the setting or environment variable holding it)
+    unless asyncpg honours it as libpq does (an empty value is libpq's "not given")."""
     if not value:
-        return "''"
-    value = re.sub(r"([\\'])", r"\\\1", value)
-    return f"'{value}'" if re.search(r"\s", value) else value
+        return
+    if key == "client_encoding" and value.lower() not in _UTF8:
+        raise InputError(f'{where}="{value}": the asyncpg client speaks UTF8 only')
+    if key in _NATIVE or key in _HELD_BACK:
+        return
+    allowed = _AS_DEFAULT.get(key)
+    if allowed is None or value not in allowed:
+        accepted = "" if allowed is None else f" (it accepts only {', '.join(sorted(allowed))})"
+        raise InputError(
+            f'{where}="{value}" cannot be honoured by the asyncpg client{accepted}; asyncpg '
+            "would send it to the server as a session setting after authenticating: "
+            "remove it, or use the psycopg client (connect_sync)"
+        )
 
 
-def _parse_pairs(conninfo: str, out: dict[str, str]) -> None:
-    i, end = 0, len(conninfo)
-    while i < end:
-        if conninfo[i] in _SPACE:
-            i += 1
+def _environment_settings() -> tuple[dict[str, str], dict[str, str]]:
+    """The settings libpq takes from environment variables (``PGHOSTADDR`` ...), and the
+    variable of each."""
+    from psycopg import pq
+
+    found: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for option in pq.Conninfo.get_defaults():
+        if option.envvar is None:
             continue
-        start = i
-        while i < end and conninfo[i] != "=" and conninfo[i] not in _SPACE:
-            i += 1
-        key = conninfo[start:i]
-        while i < end and conninfo[i] in _SPACE:
-            i += 1
-        if i == end or conninfo[i] != "=":
-            raise InputError(f'missing "=" after "{key}" in the connection string')
-        i += 1
-        while i < end and conninfo[i] in _SPACE:
-            i += 1
-        value, i = _value(conninfo, i)
-        _store(out, key, value)
+        name = option.envvar.decode()
+        value = os.environ.get(name)
+        if value is not None:
+            found[option.keyword.decode()] = value
+            names[option.keyword.decode()] = name
+    return found, names
 
 
-def _parse_uri(uri: str, start: int, out: dict[str, str]) -> None:
-    """libpq's ``conninfo_uri_parse_options``: the URI's parts from ``uri[start:]``."""
-    rest = uri[start:]
-    at = re.match(r"[^@/]*@", rest)
-    if at is not None:
-        user, colon, password = at.group()[:-1].partition(":")
-        if user:
-            _store(out, "user", _decoded(user))
-        if colon and password:
-            _store(out, "password", _decoded(password))
-        rest = rest[at.end() :]
-    hosts: list[str] = []
-    ports: list[str] = []
-    while True:
-        if rest.startswith("["):
-            close = rest.find("]")
-            if close < 0:
-                raise InputError(f'an IPv6 host in brackets is not closed in the URI "{uri}"')
-            if close == 1:
-                raise InputError(f'an IPv6 host in brackets is empty in the URI "{uri}"')
-            hosts.append(rest[1:close])
-            rest = rest[close + 1 :]
-            if rest and rest[0] not in ":/?,":
-                raise InputError(f'"{rest[0]}" after an IPv6 host in the URI "{uri}"')
-        else:
-            n = _until(rest, ":/?,")
-            hosts.append(rest[:n])
-            rest = rest[n:]
-        if rest.startswith(":"):
-            n = _until(rest, "/?,")
-            ports.append(rest[1:n])
-            rest = rest[n:]
-        if not rest.startswith(","):
-            break
-        rest = rest[1:]
-        ports.append(",")
-    host, port = ",".join(hosts), "".join(ports)
-    if host:
-        _store(out, "host", _decoded(host))
-    if port:
-        _store(out, "port", _decoded(port))
-    path, question, query = rest.partition("?")
-    if path[1:]:
-        _store(out, "dbname", _decoded(path[1:]))
-    if question:
-        _parse_query(query, out)
+def _service_settings(service: str) -> dict[str, str]:
+    """The settings of ``service`` in the first service file defining it, as libpq
+    looks: ``PGSERVICEFILE`` (else ``~/.pg_service.conf``), then ``pg_service.conf``
+    in ``PGSYSCONFDIR``."""
+    user_file = os.environ.get("PGSERVICEFILE") or str(Path.home() / ".pg_service.conf")
+    files = [Path(user_file)]
+    if os.environ.get("PGSYSCONFDIR"):
+        files.append(Path(os.environ["PGSYSCONFDIR"]) / "pg_service.conf")
+    for path in files:
+        found = _service_section(path, service)
+        if found is not None:
+            return found
+    raise InputError(f'no service file defines the service "{service}"')
 
 
-def _until(text: str, stops: str) -> int:
-    """The index of the first character of ``text`` in ``stops`` (its length if none)."""
-    return next((i for i, c in enumerate(text) if c in stops), len(text))
-
-
-def _parse_query(query: str, out: dict[str, str]) -> None:
-    while query:
-        pair, _, query = query.partition("&")
-        key, equals, value = pair.partition("=")
+def _service_section(path: Path, service: str) -> dict[str, str] | None:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"the service file {path} cannot be read: {exc}") from None
+    section: dict[str, str] | None = None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            if section is not None:
+                return section
+            section = {} if line == f"[{service}]" else None
+            continue
+        if section is None:
+            continue
+        key, equals, value = line.partition("=")
         if not equals:
-            raise InputError(f'a URI query parameter has no "=": "{pair}"')
-        if "=" in value:
-            raise InputError(f'a URI query parameter has a second "=": "{pair}"')
-        key, value = _decoded(key), _decoded(value)
-        if key == "ssl" and value == "true":
-            key, value = "sslmode", "require"
-        _store(out, key, value)
+            raise InputError(f'line {number} of the service file {path} has no "="')
+        section[key.strip()] = value.strip()
+    return section
 
 
-def _decoded(text: str) -> str:
-    """``text`` percent-decoded, as libpq decodes a URI's parts."""
-    if re.search(r"%(?![0-9A-Fa-f]{2})", text):
-        raise InputError(f'a bad percent-encoding in the URI part "{text}"')
-    if re.search(r"%00", text):
-        raise InputError(f'"%00" in the URI part "{text}"')
-    # Bytes that are not UTF-8 become lone surrogates, refused once the URI is read.
-    return unquote(text, errors="surrogateescape")
+def _url(settings: Mapping[str, str]) -> str:
+    """``postgresql:///dbname?key=value...``: every setting a query parameter, an IPv6
+    host in brackets (as asyncpg reads a host list)."""
+    params = dict(settings)
+    database = quote(params.pop("dbname", ""), safe="")
+    if "host" in params:
+        params["host"] = ",".join(_bracketed(h) for h in params["host"].split(","))
+    return f"postgresql:///{database}?{urlencode(params, quote_via=quote)}"
 
 
-def _value(text: str, i: int) -> tuple[str, int]:
-    """The value starting at ``text[i]`` and the index just past it."""
-    end = len(text)
-    quoted = i < end and text[i] == "'"
-    if quoted:
-        i += 1
-    stop = _QUOTE if quoted else _SPACE
-    chars: list[str] = []
-    while True:
-        if i == end:
-            if quoted:
-                raise InputError("a quoted value is not closed in the connection string")
-            return "".join(chars), i
-        c = text[i]
-        if c == "\\":
-            if i + 1 < end:
-                chars.append(text[i + 1])
-                i += 1
-            i += 1
-        elif c in stop:
-            return "".join(chars), i + 1
-        else:
-            chars.append(c)
-            i += 1
+def _bracketed(host: str) -> str:
+    """``host`` as asyncpg reads it in a host list: an IPv6 address (or anything else
+    holding ``:`` or opening with ``[``) in brackets, a socket directory as it is."""
+    if host.startswith("/") or (":" not in host and not host.startswith("[")):
+        return host
+    if "]" in host:
+        raise InputError(f'the host "{host}" cannot be handed to the asyncpg client')
+    return f"[{host}]"
 
 
-def _store(out: dict[str, str], key: str, value: str) -> None:
-    if key == "requiressl":
-        key, value = "sslmode", "require" if value.startswith("1") else "prefer"
-    if key not in KEYWORDS:
-        raise InputError(f'unknown connection setting "{key}" in the connection string')
-    out[key] = value
+def _connect_options(settings: Mapping[str, str]) -> dict[str, Any]:
+    """``connect_timeout`` as asyncpg's ``timeout`` (seconds; 0 or less: asyncpg's
+    default of 60, where libpq waits without end)."""
+    text = settings.get("connect_timeout")
+    if not text:
+        return {}
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise InputError(f'connect_timeout "{text}" is not a whole number of seconds') from None
+    return {} if seconds <= 0 else {"timeout": float(seconds)}

@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .conninfo import format_conninfo, parse_conninfo
+from .conninfo import parse_conninfo
 from .document import sort_parents
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
@@ -350,7 +350,9 @@ def _display_dsn(dsn: str) -> tuple[str, bool]:
     if "password" not in params:
         return dsn, False
     params.pop("password")
-    return format_conninfo(params), True
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo("", **params), True
 
 
 def _plural(n: int, word: str) -> str:

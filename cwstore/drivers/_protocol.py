@@ -11,7 +11,7 @@ own exception.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, LiteralString, Protocol, overload
 
@@ -39,6 +39,17 @@ CopyRecord = Sequence[Any]
 
 MAX_PAYLOADS = 1000
 """A listener keeps at most this many notifications' payloads between two waits."""
+
+CLIENT_CHECK_INTERVAL = "5s"
+"""PostgreSQL's ``client_connection_check_interval`` on every direct connection cwstore
+opens: while a statement runs (a lock wait included) the server checks this often that
+the client is still connected, and ends the backend when it is gone."""
+
+
+def session_bounds(settings: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The session settings of a direct connection: the client check, then ``settings``
+    (a store's tenant and statement timeout)."""
+    return {"client_connection_check_interval": CLIENT_CHECK_INTERVAL, **(settings or {})}
 
 
 class AsyncConnection(Protocol):

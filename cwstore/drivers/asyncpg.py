@@ -12,15 +12,14 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any, LiteralString, TypeAlias, cast
-from urllib.parse import quote, urlencode
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from .._sql import queries
-from ..conninfo import parse_conninfo
+from ..conninfo import AsyncpgTarget, asyncpg_target
 from ..errors import DatabaseError, Error, map_error
-from ._protocol import MAX_PAYLOADS, CopyRecord, Row
+from ._protocol import MAX_PAYLOADS, CopyRecord, Row, session_bounds
 
 __all__ = [
     "ERRORS",
@@ -31,7 +30,6 @@ __all__ = [
     "RawConnection",
     "close_listener",
     "open_raw",
-    "url_dsn",
     "wrap",
 ]
 
@@ -53,22 +51,6 @@ POLL_INTERVAL = 0.25
 """Seconds between reads of a follower that cannot listen (standby, pooler)."""
 
 
-def url_dsn(dsn: str) -> str:
-    """``dsn`` as a URL: asyncpg takes only URLs, libpq also ``key=value`` strings.
-
-    A URL is returned as given; a ``key=value`` string (read as libpq reads it, by
-    :func:`cwstore.conninfo.parse_conninfo`) becomes ``postgresql:///dbname?key=value&...``,
-    every other setting a query parameter, which asyncpg reads as libpq does. Raises
-    :class:`InputError` for a string libpq would refuse.
-    """
-    if "://" in dsn:
-        return dsn
-    params = parse_conninfo(dsn)
-    database = quote(params.pop("dbname", ""), safe="")
-    query = urlencode(params, quote_via=quote)
-    return f"postgresql:///{database}?{query}"
-
-
 def wrap(exc: BaseException) -> Error:
     """The cwstore error for an asyncpg (or socket) error."""
     if isinstance(exc, Error):
@@ -85,10 +67,23 @@ def wrap(exc: BaseException) -> Error:
 
 async def open_raw(dsn: str, *, pooled: bool = False) -> RawConnection:
     """A connection of the driver's own to ``dsn``; a cwstore error when it cannot be
-    opened. ``pooled``: the DSN leads to a transaction-mode pooler, so no statement is
-    kept prepared across transactions."""
+    opened, an :class:`InputError` (before connecting) for a DSN asyncpg cannot honour
+    (:func:`cwstore.conninfo.asyncpg_target`). ``pooled``: the DSN leads to a
+    transaction-mode pooler, so no statement is kept prepared across transactions and
+    no session setting is sent; else the connection carries :func:`session_bounds`."""
+    return await _connect(asyncpg_target(dsn), session_bounds(), pooled=pooled)
+
+
+async def _connect(
+    target: AsyncpgTarget, settings: Mapping[str, str], *, pooled: bool = False
+) -> RawConnection:
     try:
-        return await asyncpg.connect(url_dsn(dsn), **_no_statement_cache(pooled))
+        return await asyncpg.connect(
+            target.url,
+            server_settings={} if pooled else dict(settings),
+            **target.options,
+            **_no_statement_cache(pooled),
+        )
     except _ERRORS as exc:
         raise wrap(exc) from exc
 
@@ -365,15 +360,16 @@ class AsyncpgPool:
         dsn: str,
         *,
         pooled: bool = False,
-        local_settings: Mapping[str, str] | None = None,
-        listen_dsn: str | None = None,
+        settings: Mapping[str, str],
+        listen: AsyncpgTarget | None,
         poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._pool = pool
         self.dsn = dsn
         self.pooled = pooled
-        self._local = dict(local_settings or {})
-        self._listen_dsn = listen_dsn
+        self._local = dict(settings) if pooled else {}
+        self._session = session_bounds(settings)
+        self._listen = listen
         self._poll_interval = poll_interval
 
     @classmethod
@@ -389,27 +385,33 @@ class AsyncpgPool:
         poll_interval: float = POLL_INTERVAL,
     ) -> AsyncpgPool:
         """Open a pool of ``min_size`` to ``max_size`` connections with ``settings``:
-        session settings on direct connections; with ``pooled`` (the DSN leads to a
-        transaction-mode pooler) settings of each transaction instead, and no prepared
-        statement kept. Raises a cwstore error when the server cannot be reached."""
-        real = url_dsn(dsn)
+        session settings on direct connections (with :func:`session_bounds`), and on the
+        listener's; with ``pooled`` (the DSN leads to a transaction-mode pooler)
+        settings of each transaction instead, and no prepared statement kept.
+
+        Raises :class:`InputError` (before connecting) for a DSN asyncpg cannot honour
+        (:func:`cwstore.conninfo.asyncpg_target`), a cwstore error when the server
+        cannot be reached."""
+        target = asyncpg_target(dsn)
+        listen = None if listen_dsn is None else asyncpg_target(listen_dsn)
         try:
             pool = await asyncpg.create_pool(
-                real,
+                target.url,
                 min_size=min_size,
                 max_size=max_size,
-                server_settings={} if pooled else dict(settings),
+                server_settings={} if pooled else session_bounds(settings),
                 reset=_keep_session,
+                **target.options,
                 **_no_statement_cache(pooled),
             )
         except _ERRORS as exc:
             raise wrap(exc) from exc
         return cls(
             pool,
-            real,
+            dsn,
             pooled=pooled,
-            local_settings=settings if pooled else None,
-            listen_dsn=None if listen_dsn is None else url_dsn(listen_dsn),
+            settings=settings,
+            listen=listen if listen is not None else None if pooled else target,
             poll_interval=poll_interval,
         )
 
@@ -423,14 +425,12 @@ class AsyncpgPool:
 
     @asynccontextmanager
     async def listener(self) -> AsyncIterator[AsyncpgListener | AsyncpgPoller]:
-        target = self._listen_dsn or (None if self.pooled else self.dsn)
-        if target is None:
+        if self._listen is None:
             yield AsyncpgPoller(self, self._poll_interval)
             return
-        try:
-            raw = await asyncpg.connect(target)
-        except _ERRORS as exc:
-            raise wrap(exc) from exc
+        # A direct connection (listen_dsn, or dsn when no pooler is in between): it
+        # carries the store's session settings and bounds like the pool's.
+        raw = await _connect(self._listen, self._session)
         standby = False
         try:
             standby = bool(await raw.fetchval("SELECT pg_catalog.pg_is_in_recovery()"))

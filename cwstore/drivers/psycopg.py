@@ -25,7 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from .._sql import queries
 from ..errors import DatabaseError, Error, map_error
-from ._protocol import MAX_PAYLOADS, CopyRecord, Row
+from ._protocol import MAX_PAYLOADS, CopyRecord, Row, session_bounds
 
 __all__ = [
     "ERRORS",
@@ -58,6 +58,10 @@ _LOCAL_SETTINGS: LiteralString = (
     "SELECT pg_catalog.set_config(k, v, true) FROM unnest($1::text[], $2::text[]) AS s(k, v)"
 )
 """Sets settings for the current transaction only (a pooler's connection is shared)."""
+_SESSION_SETTINGS: LiteralString = (
+    "SELECT pg_catalog.set_config(k, v, false) FROM unnest($1::text[], $2::text[]) AS s(k, v)"
+)
+"""Sets settings for the session (a direct connection's)."""
 Conn = psycopg.Connection[TupleRow]
 
 
@@ -238,10 +242,24 @@ class PsycopgConnection:
 def open_raw(dsn: str, *, pooled: bool = False) -> RawConnection:
     """A connection of the driver's own to ``dsn`` (autocommit); a cwstore error when it
     cannot be opened. ``pooled``: the DSN leads to a transaction-mode pooler, so no
-    statement is kept prepared across transactions."""
+    statement is kept prepared across transactions and no session setting is made;
+    else the connection carries :func:`session_bounds`."""
     try:
-        return psycopg.connect(dsn, autocommit=True, **_no_prepare(pooled))
+        conn = psycopg.connect(dsn, autocommit=True, **_no_prepare(pooled))
     except _ERRORS as exc:
+        raise wrap(exc) from exc
+    if not pooled:
+        _set_session(conn, session_bounds())
+    return conn
+
+
+def _set_session(conn: psycopg.Connection[Any], settings: Mapping[str, str]) -> None:
+    """Make ``settings`` the session's; the connection is closed if that fails."""
+    try:
+        with psycopg.RawCursor(conn) as cur:
+            cur.execute(_SESSION_SETTINGS, (list(settings), list(settings.values())))
+    except _ERRORS as exc:
+        conn.close()
         raise wrap(exc) from exc
 
 
@@ -371,14 +389,15 @@ class PsycopgPool:
         dsn: str,
         *,
         pooled: bool = False,
-        local_settings: Mapping[str, str] | None = None,
+        settings: Mapping[str, str],
         listen_dsn: str | None = None,
         poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._pool = pool
         self.dsn = dsn
         self.pooled = pooled
-        self._local = dict(local_settings or {})
+        self._local = dict(settings) if pooled else {}
+        self._session = session_bounds(settings)
         self._listen_dsn = listen_dsn
         self._poll_interval = poll_interval
 
@@ -402,8 +421,7 @@ class PsycopgPool:
         def configure(conn: Conn) -> None:
             _json_as_text(conn)
             if not pooled:
-                for name, value in settings.items():
-                    conn.execute("SELECT set_config($1, $2, false)", (name, value))
+                _set_session(conn, session_bounds(settings))
 
         try:
             pool: ConnectionPool[Conn] = ConnectionPool(
@@ -429,7 +447,7 @@ class PsycopgPool:
             pool,
             dsn,
             pooled=pooled,
-            local_settings=settings if pooled else None,
+            settings=settings,
             listen_dsn=listen_dsn,
             poll_interval=poll_interval,
         )
@@ -453,6 +471,9 @@ class PsycopgPool:
         except _ERRORS as exc:
             raise wrap(exc) from exc
         _json_as_text(raw)
+        # A direct connection (listen_dsn, or dsn when no pooler is in between): it
+        # carries the store's session settings and bounds like the pool's.
+        _set_session(raw, self._session)
         standby = False
         try:
             row = raw.execute("SELECT pg_catalog.pg_is_in_recovery()").fetchone()
