@@ -19,7 +19,7 @@ only a wake-up; the table is the truth), and poll elsewhere (a hot standby, a po
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -221,16 +221,45 @@ class AsyncStore:
         """Close every connection of the pool."""
         await self._pool.close()
 
-    def _connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
-        """Borrow a connection of this store's pool, for cwstore's own tools that run
-        queries of their own beside the store's (the view, the LangGraph saver): ``$1``
-        placeholders, rows read by column name, every error a cwstore error, this
-        store's settings (tenant, statement timeout) in effect. Not public API."""
+    # --- the seam for integrations ------------------------------------------------------
+
+    def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """Borrow a connection of this store's pool for queries of your own, in autocommit
+        mode (each statement its own transaction); it goes back to the pool when the block
+        ends, also when the task is cancelled.
+
+        What an integration (the LangGraph saver, the view, a framework's session) runs
+        beside the store's own calls: ``$1, $2`` placeholders for either driver, rows read
+        by column name, every error a :class:`cwstore.Error` mapped from its SQLSTATE, and
+        this store's bounds in effect (its tenant, statement timeout and client check; a
+        store made with ``pooler="transaction"`` sets them per transaction, so use
+        :meth:`snapshot` or :meth:`transaction` there for statements that need them).
+        Write through the SQL functions (``cwstore.append_v1`` and the others) or the
+        store's methods: the tables refuse direct writes.
+        """
         return self._pool.connection()
 
-    def _listener(self) -> AbstractAsyncContextManager[AsyncListener]:
-        """A follower of this store's database, as :meth:`tail` uses (it listens, or polls
-        on a hot standby or through a pooler): for cwstore's own tools. Not public API."""
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A connection (as :meth:`connection`) inside a ``REPEATABLE READ, READ ONLY``
+        transaction: every query of the block sees one snapshot of the database. Ends
+        when the block does."""
+        async with self._pool.connection() as conn, conn.transaction(snapshot=True):
+            yield conn
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A connection (as :meth:`connection`) inside a read-write transaction,
+        committed when the block ends and rolled back when it raises (or the task is
+        cancelled): several calls of the SQL API that must land together."""
+        async with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def follower(self) -> AbstractAsyncContextManager[AsyncListener]:
+        """A follower of this store's database, as :meth:`tail` uses: it listens for the
+        wake-up of new nodes (or polls, on a hot standby or through a pooler), with this
+        store's bounds. Its ``wait(timeout)`` returns when something may have been
+        written; read what is new with :meth:`connection`."""
         return self._pool.listener()
 
     async def _graph(self, conn: AsyncConnection, graph: str) -> Row:

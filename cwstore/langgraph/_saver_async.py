@@ -260,7 +260,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
         thread_id, ns, checkpoint_id = _ids(config)
-        async with self.store._connection() as conn:
+        async with self.store.connection() as conn:
             loaded = await self._load(conn, graph_name(thread_id, ns), checkpoint_id)
         return None if loaded is None else _tuple(self.serde, thread_id, ns, loaded)
 
@@ -277,7 +277,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         ``before`` names, at most ``limit``."""
         before_id = None if before is None else get_checkpoint_id(before)
         wanted = None if not filter else json.dumps(filter)
-        async with self.store._connection() as conn:
+        async with self.store.connection() as conn:
             if config is None:
                 targets = [_split(str(r["name"])) for r in await conn.fetch(_q("all_graphs"))]
             else:
@@ -313,7 +313,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
-        async with self.store._connection() as conn:
+        async with self.store.connection() as conn:
             graph_id = await self._graph_key(conn, graph)
             if graph_id is not None:
                 for r in await conn.fetch(_q("heads"), graph_id, graph, list(keys)):
@@ -336,7 +336,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             memo = self._memo.graph(graph)
             parent = None if parent_id is None else memo.states.get(parent_id)
             if parent_id is not None and parent is None:
-                async with self.store._connection() as conn:
+                async with self.store.connection() as conn:
                     loaded = await self._load(conn, graph, parent_id)
                 parent = loaded.state if loaded else CheckpointState(None)
             plan = PutPlan(
@@ -426,7 +426,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     # --- deleting, copying, pruning ----------------------------------------------------
 
     async def _thread_graphs(self, thread_id: str) -> _Names:
-        async with self.store._connection() as conn:
+        async with self.store.connection() as conn:
             rows = await conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
         return [str(r["name"]) for r in rows]
 
@@ -444,7 +444,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
-        async with self.store._connection() as conn:
+        async with self.store.connection() as conn:
             return list(reversed(await self._checkpoints(conn, graph, None)))
 
     async def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
@@ -499,7 +499,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         if not run_ids:
             return
         runs = {str(r) for r in run_ids}
-        async with self.store._connection() as conn:
+        async with self.store.connection() as conn:
             graphs = [
                 str(r["name"]) for r in await conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)
             ]

@@ -261,7 +261,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; ``None`` if none."""
         thread_id, ns, checkpoint_id = _ids(config)
-        with self.store._connection() as conn:
+        with self.store.connection() as conn:
             loaded = self._load(conn, graph_name(thread_id, ns), checkpoint_id)
         return None if loaded is None else _tuple(self.serde, thread_id, ns, loaded)
 
@@ -278,7 +278,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         ``before`` names, at most ``limit``."""
         before_id = None if before is None else get_checkpoint_id(before)
         wanted = None if not filter else json.dumps(filter)
-        with self.store._connection() as conn:
+        with self.store.connection() as conn:
             if config is None:
                 targets = [_split(str(r["name"])) for r in conn.fetch(_q("all_graphs"))]
             else:
@@ -314,7 +314,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def _heads(self, graph: str, keys: Sequence[str]) -> dict[str, tuple[str, int] | None]:
         found: dict[str, tuple[str, int] | None] = dict.fromkeys(keys)
-        with self.store._connection() as conn:
+        with self.store.connection() as conn:
             graph_id = self._graph_key(conn, graph)
             if graph_id is not None:
                 for r in conn.fetch(_q("heads"), graph_id, graph, list(keys)):
@@ -337,7 +337,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             memo = self._memo.graph(graph)
             parent = None if parent_id is None else memo.states.get(parent_id)
             if parent_id is not None and parent is None:
-                with self.store._connection() as conn:
+                with self.store.connection() as conn:
                     loaded = self._load(conn, graph, parent_id)
                 parent = loaded.state if loaded else CheckpointState(None)
             plan = PutPlan(
@@ -425,7 +425,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     # --- deleting, copying, pruning ----------------------------------------------------
 
     def _thread_graphs(self, thread_id: str) -> _Names:
-        with self.store._connection() as conn:
+        with self.store.connection() as conn:
             rows = conn.fetch(_q("thread_graphs"), thread_prefix(thread_id))
         return [str(r["name"]) for r in rows]
 
@@ -443,7 +443,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def _read_all(self, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
-        with self.store._connection() as conn:
+        with self.store.connection() as conn:
             return list(reversed(self._checkpoints(conn, graph, None)))
 
     def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
@@ -496,7 +496,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         if not run_ids:
             return
         runs = {str(r) for r in run_ids}
-        with self.store._connection() as conn:
+        with self.store.connection() as conn:
             graphs = [str(r["name"]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
         for graph in graphs:
             loaded = self._read_all(graph)

@@ -340,7 +340,7 @@ class _Handlers:
         search = request.query_params.get("q") or None
         if search is not None and "\x00" in search:
             raise InputError("parameter 'q' holds NUL")
-        async with self.store._connection() as conn, conn.transaction(snapshot=True):
+        async with self.store.connection() as conn, conn.transaction(snapshot=True):
             roles_on = bool(await conn.fetchval(Q["view_roles_on"]))
             rows = await conn.fetch(Q["view_graphs"], search, MAX_GRAPHS + 1)
         graphs = [
@@ -379,7 +379,7 @@ class _Handlers:
         at_q = _int(request, "at", None, 0, 2**62)
         size = _int(request, "size", self.config.window, 10, MAX_WINDOW) or self.config.window
         async with (
-            self.store._connection() as conn,
+            self.store.connection() as conn,
             conn.transaction(snapshot=True),
         ):
             g = await self.graph_row(conn, graph)
@@ -422,7 +422,7 @@ class _Handlers:
         depth = _int(request, "depth", RELATIVES_DEPTH, 0, 2**31 - 1) or None
         limit = _int(request, "limit", RELATIVES_LIMIT, 1, 10_000) or RELATIVES_LIMIT
         async with (
-            self.store._connection() as conn,
+            self.store.connection() as conn,
             conn.transaction(snapshot=True),
         ):
             g = await self.graph_row(conn, graph)
@@ -493,7 +493,7 @@ class _Handlers:
     async def api_payload(self, request: Request) -> Response:
         graph = _text(request, "graph")
         node_id = _text(request, "id")
-        async with self.store._connection() as conn, conn.transaction(snapshot=True):
+        async with self.store.connection() as conn, conn.transaction(snapshot=True):
             g = await self.graph_row(conn, graph)
             text = await conn.fetchval(Q["view_payload"], g["graph_id"], node_id)
         if text is None:

@@ -71,7 +71,7 @@ class LiveHub:
 
     async def _listen(self) -> None:
         try:
-            async with self._store._listener() as follower:
+            async with self._store.follower() as follower:
                 while True:  # until cancelled by the last stream's end
                     self._wake(await follower.wait(POLL_SECONDS))
         except Error as exc:
@@ -107,7 +107,7 @@ class LiveHub:
         the graph's life is erased). Call :meth:`open` first."""
         woken = asyncio.Event()
         try:
-            async with self._store._connection() as conn:
+            async with self._store.connection() as conn:
                 g = await conn.fetchrow(q("graph_get"), graph)
             if g is None:
                 raise UnknownGraphError(graph=graph)
@@ -117,7 +117,7 @@ class LiveHub:
             while True:
                 woken.clear()
                 alive = True
-                async with self._store._connection() as conn:
+                async with self._store.connection() as conn:
                     rows = await conn.fetch(
                         q("tail_graph"), graph_id, last, _BATCH, TAIL_BATCH_BYTES, incarnation
                     )

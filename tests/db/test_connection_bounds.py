@@ -102,7 +102,7 @@ async def test_the_settings_the_async_client_accepts_reach_the_server(db_dsn: st
         load_balance_hosts="disable",
         options="-c work_mem=7MB",
     )
-    async with await cwstore.connect(dsn) as store, store._connection() as conn:
+    async with await cwstore.connect(dsn) as store, store.connection() as conn:
         assert await conn.fetchval("SHOW application_name") == "bounds-test"
         assert await conn.fetchval("SHOW work_mem") == "7MB"
 
@@ -113,19 +113,19 @@ async def test_a_followers_connection_carries_the_stores_bounds(db_dsn: str, cli
     runs with the store's statement timeout and the client check, as the pool's do."""
     if client == "asyncpg":
         async with await cwstore.connect(db_dsn, statement_timeout=7) as store:
-            async with store._listener() as listener:
+            async with store.follower() as listener:
                 timeout = await listener.fetchval("SHOW statement_timeout")
                 check = await listener.fetchval("SHOW client_connection_check_interval")
-            async with store._connection() as conn:
+            async with store.connection() as conn:
                 pooled = await conn.fetchval("SHOW statement_timeout")
     else:
 
         def sync() -> tuple[str, str, str]:
             with cwstore.connect_sync(db_dsn, statement_timeout=7) as store:
-                with store._listener() as listener:
+                with store.follower() as listener:
                     t = listener.fetchval("SHOW statement_timeout")
                     c = listener.fetchval("SHOW client_connection_check_interval")
-                with store._connection() as conn:
+                with store.connection() as conn:
                     return t, c, conn.fetchval("SHOW statement_timeout")
 
         timeout, check, pooled = await asyncio.to_thread(sync)

@@ -81,15 +81,15 @@ async def test_a_follower_tells_which_graph_was_written(db_dsn: str) -> None:
     graph = "l-" + uuid.uuid4().hex
     async with await cwstore.connect(db_dsn, max_size=1) as store:
         await store.append(graph, [{"kind": "goal", "parents": [], "payload": "first"}])
-        async with store._connection() as conn:
+        async with store.connection() as conn:
             row = await conn.fetchrow(q("graph_get"), graph)
         assert row is not None
         graph_id = row["graph_id"]
-        async with store._listener() as follower:
+        async with store.follower() as follower:
             await store.append(graph, [{"kind": "goal", "parents": [], "payload": "async"}])
             assert await follower.wait(5) == [f"{graph_id}:2"]
             assert await follower.wait(0.01) == []
-    with cwstore.connect_sync(db_dsn, max_size=1) as sync_store, sync_store._listener() as sync:
+    with cwstore.connect_sync(db_dsn, max_size=1) as sync_store, sync_store.follower() as sync:
         sync_store.append(graph, [{"kind": "goal", "parents": [], "payload": "sync"}])
         assert await asyncio.to_thread(sync.wait, 5) == [f"{graph_id}:3"]
         assert await asyncio.to_thread(sync.wait, 0.01) == []
