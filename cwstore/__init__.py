@@ -3,8 +3,10 @@
 Public names only; everything else is private and may move.
 """
 
+from ._sql import named_queries
 from ._store_base import NodeLike, StateLike
 from .document import KINDS, AgentState, CausalNode, Vocabulary, fold_frontier, validate
+from .drivers._protocol import AsyncConnection, AsyncListener, Connection, Listener, Row
 from .errors import (
     AppendOnlyError,
     ChainConflictError,
@@ -49,10 +51,13 @@ __all__ = [
     "KINDS",
     "AgentState",
     "AppendOnlyError",
+    "AsyncConnection",
+    "AsyncListener",
     "AsyncStore",
     "CausalNode",
     "ChainConflictError",
     "ConflictError",
+    "Connection",
     "Cursor",
     "DatabaseError",
     "DivergedError",
@@ -68,6 +73,7 @@ __all__ = [
     "InputError",
     "KeyVersion",
     "LengthConflictError",
+    "Listener",
     "MemoryEntry",
     "MigrationError",
     "NodeLike",
@@ -75,6 +81,7 @@ __all__ = [
     "PermissionDeniedError",
     "Projection",
     "ResourceHead",
+    "Row",
     "SchemaNotReadyError",
     "StateLike",
     "Store",
@@ -90,5 +97,6 @@ __all__ = [
     "connect",
     "connect_sync",
     "fold_frontier",
+    "named_queries",
     "validate",
 ]

@@ -46,6 +46,7 @@ __all__ = [
     "Migration",
     "SchemaFile",
     "migrations",
+    "named_queries",
     "queries",
     "released",
     "schema",
@@ -299,3 +300,15 @@ def script(name: str) -> LiteralString:
     # Shipped inside the package, like the schema: as trusted as a literal (mypy
     # treats LiteralString as str).
     return path.read_text(encoding="utf-8")
+
+
+def named_queries(package: str) -> dict[str, LiteralString]:
+    """The named queries of an integration: the ``queries.sql`` file of ``package`` (an
+    importable package's name, e.g. ``"cwstore.langgraph"``), read as cwstore reads its
+    own (``-- name: query_name`` markers; see :func:`queries`), through
+    :mod:`importlib.resources`, so it works from a wheel.
+
+    Raises :class:`cwstore.Error` for a badly formed file, :class:`ModuleNotFoundError`
+    for a package that cannot be imported.
+    """
+    return queries(resources.files(package))
