@@ -39,7 +39,11 @@ def test_same_parameters(name: str) -> None:
     assert shape_a == shape_s, f"{name}: async {a} vs sync {s}"
 
 
-@pytest.mark.parametrize("name", sorted(_public(AsyncStore)))
+SEAM = {"connection", "snapshot", "transaction", "follower"}
+"""The seam for integrations: context managers (async with / with), not coroutines."""
+
+
+@pytest.mark.parametrize("name", sorted(set(_public(AsyncStore)) - SEAM))
 def test_async_twin_is_a_coroutine_or_async_iterator(name: str) -> None:
     a = getattr(AsyncStore, name)
     s = getattr(Store, name)
@@ -53,3 +57,39 @@ def test_async_twin_is_a_coroutine_or_async_iterator(name: str) -> None:
 def test_context_managers() -> None:
     assert hasattr(AsyncStore, "__aenter__") and hasattr(AsyncStore, "__aexit__")
     assert hasattr(Store, "__enter__") and hasattr(Store, "__exit__")
+
+
+@pytest.mark.parametrize("name", sorted(SEAM))
+def test_the_seam_is_a_context_manager_on_both(name: str) -> None:
+    """Each seam method, called on a store whose pool hands out placeholders, gives an
+    async context manager on AsyncStore and a context manager on Store."""
+
+    class Pool:
+        dsn = "postgresql://"
+
+        def connection(self) -> object:
+            return _Ctx()
+
+        def listener(self) -> object:
+            return _Ctx()
+
+    class _Ctx:
+        def transaction(self, **_: object) -> _Ctx:
+            return self
+
+        async def __aenter__(self) -> _Ctx:
+            return self
+
+        async def __aexit__(self, *_: object) -> None:
+            return None
+
+        def __enter__(self) -> _Ctx:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            return None
+
+    a = getattr(AsyncStore(Pool()), name)()  # type: ignore[arg-type]
+    s = getattr(Store(Pool()), name)()  # type: ignore[arg-type]
+    assert hasattr(a, "__aenter__") and hasattr(a, "__aexit__"), name
+    assert hasattr(s, "__enter__") and hasattr(s, "__exit__"), name
