@@ -178,9 +178,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "retention",
         help="erase the graphs idle for longer than a duration (--dry-run lists them)",
-        description="Erase every graph whose last node was recorded longer ago than "
-        "--idle (or, holding none, that was created then), in batches. Asks first on a "
-        "terminal; without one, needs --yes. --dry-run lists and erases nothing.",
+        description="Erase every graph last written longer ago than --idle (or, holding "
+        "none, created then), in batches; a retention group (a LangGraph thread's "
+        "namespaces) only as a whole, once every graph of it is idle; a graph a writer "
+        "holds is skipped. Asks first on a terminal; without one, needs --yes. "
+        "--dry-run lists and erases nothing.",
     )
     p.add_argument(
         "--idle", required=True, metavar="DURATION", help="e.g. 90d, 12h, 30m, 2w, 1d12h"

@@ -57,7 +57,7 @@ from ._mapping import (
     write_index,
     writes_key,
 )
-from ._memo import MESSAGE_BYTES, Memo
+from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["AsyncCwstoreSaver"]
 
@@ -79,6 +79,16 @@ _LoadedList = list[Loaded]
 
 def _q(name: str) -> LiteralString:
     return _Q[name]
+
+
+def _group_if_new(memo: GraphMemo, group: str) -> str | None:
+    """The thread's retention group for an append that may create the graph: only when
+    the saver knows of nothing in the graph (no checkpoint written or read, no key with
+    a version): a graph's group is set when it is created, and naming it costs the
+    append a transaction of its own."""
+    if memo.states or any(head is not None for head in memo.heads.values()):
+        return None
+    return group
 
 
 async def _graph_id(conn: AsyncConnection, graph: str) -> int | None:
@@ -352,7 +362,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                     graph,
                     plan.nodes,
                     frontier=[plan.state.node_id or ""],
-                    retention_group=thread_prefix(thread_id),
+                    retention_group=_group_if_new(memo, thread_prefix(thread_id)),
                 )
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
@@ -415,7 +425,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 "resourceKey": key,
             }
             try:
-                await self.store.append(graph, [node], retention_group=group)
+                await self.store.append(graph, [node], retention_group=_group_if_new(memo, group))
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
