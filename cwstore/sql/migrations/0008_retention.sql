@@ -114,8 +114,9 @@ CREATE OR REPLACE FUNCTION cwstore._advance_length(p_graph_id bigint, p_lo bigin
 LANGUAGE plpgsql AS $$
 DECLARE
   r record;
+  v_now timestamptz := clock_timestamp();  -- a value: Citus refuses a volatile call in an UPDATE
 BEGIN
-  UPDATE cwstore.graphs g SET length = p_hi, written_at = clock_timestamp()
+  UPDATE cwstore.graphs g SET length = p_hi, written_at = v_now
    WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count;
   IF NOT FOUND THEN
     SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
@@ -311,3 +312,59 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS
   'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; a retention group goes whole or not at all. Call until no row.';
+
+-- 55_graph_keys
+
+CREATE FUNCTION cwstore._check_retention_group() RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_group text := pg_catalog.current_setting('cwstore.retention_group', true);
+BEGIN
+  IF octet_length(v_group) > 2000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'check_violation',
+      CONSTRAINT = 'graphs_retention_group_check', SCHEMA = 'cwstore', TABLE = 'graphs',
+      MESSAGE = 'new row for relation "graphs" violates check constraint "graphs_retention_group_check"',
+      DETAIL = format('a retention group is at most 2000 bytes of UTF-8 (this one has %s)',
+                      octet_length(v_group));
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._create_graph(p_name text, p_vocabulary text[], p_tenant text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_key bigint;
+  v_name text;
+  v_free integer;
+  v_id bigint;
+BEGIN
+  PERFORM cwstore._check_retention_group();
+  PERFORM pg_catalog.pg_advisory_xact_lock(cwstore.graph_key(p_name, 0));
+  LOOP
+    v_free := NULL;
+    FOR v_probe IN 0..63 LOOP
+      v_key := cwstore.graph_key(p_name, v_probe);
+      SELECT g.name INTO v_name FROM cwstore.graphs g WHERE g.graph_id = v_key;
+      IF FOUND THEN
+        IF v_name = p_name THEN
+          RETURN v_key;
+        END IF;
+        CONTINUE;
+      END IF;
+      v_free := coalesce(v_free, v_probe);
+      EXIT WHEN NOT EXISTS (SELECT 1 FROM cwstore.graph_key_detours d WHERE d.slot = v_key);
+    END LOOP;
+    IF v_free IS NULL THEN
+      PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.graph',
+        format('graph name %L cannot be used: no free key within 64 probes of its chain',
+               left(p_name, 200)));
+    END IF;
+    -- Another name may take the same key meanwhile (one whose chain crosses this one):
+    -- then walk again.
+    INSERT INTO cwstore.graphs (graph_id, name, vocabulary, tenant, key_probe)
+    VALUES (cwstore.graph_key(p_name, v_free), p_name, p_vocabulary, p_tenant, v_free)
+    ON CONFLICT (graph_id) DO NOTHING RETURNING graph_id INTO v_id;
+    IF v_id IS NOT NULL THEN
+      RETURN v_id;  -- its detours: cwstore._graph_detoured
+    END IF;
+  END LOOP;
+END $$;

@@ -293,8 +293,9 @@ CREATE FUNCTION cwstore._advance_length(p_graph_id bigint, p_lo bigint, p_hi big
 LANGUAGE plpgsql AS $$
 DECLARE
   r record;
+  v_now timestamptz := clock_timestamp();  -- a value: Citus refuses a volatile call in an UPDATE
 BEGIN
-  UPDATE cwstore.graphs g SET length = p_hi, written_at = clock_timestamp()
+  UPDATE cwstore.graphs g SET length = p_hi, written_at = v_now
    WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count;
   IF NOT FOUND THEN
     SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;

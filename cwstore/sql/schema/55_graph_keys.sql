@@ -61,6 +61,24 @@ END $$;
 COMMENT ON FUNCTION cwstore.find_graph(text) IS
   'The graph of a name: graph_id, length, vocabulary (NULL = dynamic) and incarnation (which life of the name); no row when there is none the caller may see.';
 
+-- _check_retention_group(): the group a graph created now would take (the setting
+-- cwstore.retention_group, graphs' column default) must pass graphs_retention_group_check;
+-- refused here, before the insert, as the constraint would refuse it (23514, that name):
+-- on Citus a constraint refused on a worker reaches the client without its name.
+CREATE FUNCTION cwstore._check_retention_group() RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_group text := pg_catalog.current_setting('cwstore.retention_group', true);
+BEGIN
+  IF octet_length(v_group) > 2000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'check_violation',
+      CONSTRAINT = 'graphs_retention_group_check', SCHEMA = 'cwstore', TABLE = 'graphs',
+      MESSAGE = 'new row for relation "graphs" violates check constraint "graphs_retention_group_check"',
+      DETAIL = format('a retention group is at most 2000 bytes of UTF-8 (this one has %s)',
+                      octet_length(v_group));
+  END IF;
+END $$;
+
 -- _create_graph(name, vocabulary, tenant) -> graph_id
 --   The graph of that name, created in the first free key of its chain unless it exists.
 --   Creations of one name (and of names sharing its first key) take turns on a
@@ -74,6 +92,7 @@ DECLARE
   v_free integer;
   v_id bigint;
 BEGIN
+  PERFORM cwstore._check_retention_group();
   PERFORM pg_catalog.pg_advisory_xact_lock(cwstore.graph_key(p_name, 0));
   LOOP
     v_free := NULL;
