@@ -113,54 +113,74 @@ BEGIN
           OR replace(p_text, '\\', '') ~ '(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]');
 END $$;
 
+-- _ascii_depth_change(text) -> opening minus closing brackets in an ASCII text, read in
+-- slices of 64 kB (so a long text costs no more than a slice).
+CREATE FUNCTION cwstore._ascii_depth_change(p_text text) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT coalesce(sum(length(translate(t, '}]', '')) - length(translate(t, '{[', ''))), 0)
+    FROM (SELECT convert_from(substring(b.b FROM i FOR 65536), 'UTF8') AS t
+            FROM (SELECT convert_to(p_text, 'UTF8') AS b) b,
+                 generate_series(1, octet_length(p_text), 65536) AS i) x
+$$;
+
 -- _members_unique(text, bare) -> whether no object of a JSON text (as JSON.stringify
 --   writes it; bare: the same with every string written "") repeats a member name.
 --   jsonb keeps one member per name, so the text holds more values than its jsonb when
---   a name repeats: the two counts are compared (_members_unique_small). Building the
---   jsonb of many small objects takes about 80 times the text in memory, so a text over
---   64 kB is taken apart instead, one container at a time from a work list (no
---   recursion: any depth is safe): an object's names are compared as they are listed
---   (json_object_keys); its values, or an array's elements, over 32 kB go on the list,
---   the others are checked in slices of about 64 kB. Memory: a few times the text;
---   time: linear in it.
+--   a name repeats: up to 64 kB the two counts are compared (_members_unique_small).
+--   Building the jsonb of many small objects takes about 80 times the text in memory,
+--   so a longer text is read as a stream of its names instead (_members_unique_large).
 CREATE FUNCTION cwstore._members_unique(p_text text, p_bare text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-DECLARE
-  v_todo text[];
-  v_doc json;
-  v_parts text[];
 BEGIN
   IF octet_length(p_text) <= 65536 THEN
     RETURN cwstore._members_unique_small(p_text, p_bare);
   END IF;
-  -- json's functions refuse \u0000 where they unescape (names): shown as U+FFFD, as
-  -- payload_jsonb does.
-  v_todo := ARRAY[CASE WHEN strpos(p_text, '\u0000') = 0 THEN p_text
-                       ELSE replace(replace(replace(p_text, '\\', E'\x01'), '\u0000', '\ufffd'),
-                                    E'\x01', '\\') END];
-  WHILE cardinality(v_todo) > 0 LOOP
-    v_doc := v_todo[cardinality(v_todo)]::json;
-    v_todo := trim_array(v_todo, 1);
-    IF json_typeof(v_doc) = 'object' THEN
-      IF EXISTS (SELECT 1 FROM json_object_keys(v_doc) k GROUP BY k HAVING count(*) > 1) THEN
-        RETURN false;
-      END IF;
-      v_parts := ARRAY(SELECT e.value::text FROM json_each(v_doc) e);
-    ELSIF json_typeof(v_doc) = 'array' THEN
-      v_parts := ARRAY(SELECT e::text FROM json_array_elements(v_doc) e);
-    ELSE
-      CONTINUE;
-    END IF;
-    IF EXISTS (SELECT 1 FROM cwstore._json_slices(
-                 ARRAY(SELECT v FROM unnest(v_parts) v WHERE octet_length(v) <= 32768)) t
-                WHERE NOT cwstore._members_unique_small(
-                        t, regexp_replace(t, '"(\\.|[^"\\])*"', '""', 'g'))) THEN
-      RETURN false;
-    END IF;
-    v_todo := v_todo || ARRAY(SELECT v FROM unnest(v_parts) v WHERE octet_length(v) > 32768);
-  END LOOP;
-  RETURN true;
+  RETURN cwstore._members_unique_large(p_text);
 END $$;
+
+-- _members_unique_large(text): _members_unique for a text of any length and depth, in
+-- memory bounded by work_mem (set low here: its rows spill to temporary files) and time
+-- n log n. The text is cut at every double quote (string_to_table): a quote after an
+-- odd run of backslashes is escaped, the others alternate opening and closing strings.
+-- Each string is one row, each stretch between strings another; a stretch's brackets
+-- give the depth at its end. A member name is a string followed by ':'; its object is
+-- the last stretch ending with '{' at its depth (objects at one depth follow one
+-- another). Names are compared as written (JSON.stringify writes each string one way),
+-- each part between escaped quotes over 64 bytes by its SHA-256, so that no long text
+-- goes through the sorts. An outside stretch is ASCII (punctuation, numbers, literals),
+-- so one over 64 kB is counted in slices (translate takes 4 bytes a character).
+CREATE FUNCTION cwstore._members_unique_large(p_text text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
+  SELECT NOT EXISTS (
+    SELECT 1
+      FROM (SELECT s.k, s.is_name,
+                   max(s.r) FILTER (WHERE s.opens) OVER (PARTITION BY s.d ORDER BY s.r) AS c
+              FROM (SELECT g.r, g.opens, g.k,
+                           g.r % 2 = 1 AND lead(g.first) OVER (ORDER BY g.r) = ':' AS is_name,
+                           sum(g.delta) OVER (ORDER BY g.r) AS d
+                      FROM (SELECT p.r,
+                                   CASE WHEN p.r % 2 = 1 THEN string_agg(p.k, '"' ORDER BY p.o) END AS k,
+                                   min(p.first) AS first,
+                                   p.r % 2 = 0 AND min(p.last) = '{' AS opens,
+                                   CASE WHEN p.r % 2 = 1 THEN 0 ELSE min(p.delta) END AS delta
+                              FROM (SELECT x.o, x.k, x.first, x.last, x.delta,
+                                           count(*) FILTER (WHERE x.real)
+                                             OVER (ORDER BY x.o ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS r
+                                      FROM (SELECT o, left(t, 1) AS first, right(t, 1) AS last,
+                                                   right(t, 1) <> '\' OR (length(t) - length(rtrim(t, '\'))) % 2 = 0 AS real,
+                                                   CASE WHEN octet_length(t) <= 64 THEN t
+                                                        ELSE sha256(convert_to(t, 'UTF8'))::text END AS k,
+                                                   CASE WHEN octet_length(t) <= 65536
+                                                          THEN length(translate(t, '}]', ''))
+                                                               - length(translate(t, '{[', ''))
+                                                        WHEN octet_length(t) = length(t)
+                                                          THEN cwstore._ascii_depth_change(t) END AS delta
+                                              FROM string_to_table(p_text, '"') WITH ORDINALITY AS y(t, o)) x) p
+                             GROUP BY p.r) g) s) n
+     WHERE n.is_name
+     GROUP BY n.c, n.k
+    HAVING count(*) > 1)
+$$;
 
 -- _json_values(bare) -> how many values (containers, strings that are not member
 -- names, numbers, literals) a JSON text holds, given with every string written "".
@@ -189,14 +209,51 @@ BEGIN
          = jsonb_array_length(jsonb_path_query_array(v_doc, 'strict $.**.type()'));
 END $$;
 
--- _json_slices(values) -> JSON arrays of consecutive values of about 32 kB each (a
--- value of up to 32 kB more at most): a long list checked a slice at a time.
-CREATE FUNCTION cwstore._json_slices(p_values text[]) RETURNS SETOF text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT '[' || string_agg(v, ',' ORDER BY o) || ']'
-    FROM (SELECT v, o, sum(octet_length(v) + 1) OVER (ORDER BY o) / 32768 AS slice
-            FROM unnest(p_values) WITH ORDINALITY AS u(v, o)) x
-   GROUP BY slice
+-- _json_bare(text without escapes) -> the text with every string written "": the
+-- text cut at its quotes (string_to_table, rows that spill to temporary files past
+-- work_mem), its odd parts joined by "".
+CREATE FUNCTION cwstore._json_bare(p_rest text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
+  SELECT string_agg(t, '""' ORDER BY o)
+    FROM string_to_table(p_rest, '"') WITH ORDINALITY AS x(t, o)
+   WHERE o % 2 = 1
+$$;
+
+-- _bare_number_problem(bare) -> the first number of a bare JSON text that
+-- JSON.stringify would not write as it is written, or NULL; read between commas (no
+-- number spans one).
+CREATE FUNCTION cwstore._bare_number_problem(p_bare text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
+  SELECT m[1]
+    FROM string_to_table(p_bare, ',') WITH ORDINALITY AS x(t, o)
+   CROSS JOIN LATERAL regexp_matches(x.t, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
+   WHERE x.t ~ '[.eE]|[0-9]{16}|-0'
+     AND m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
+   ORDER BY x.o
+   LIMIT 1
+$$;
+
+-- _too_deep(bare, limit) -> whether a bare JSON text nests deeper than limit levels, read
+-- between commas: a part is walked a character at a time only when the depth at its
+-- start plus its opening brackets exceeds the limit.
+CREATE FUNCTION cwstore._too_deep(p_bare text, p_limit integer) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
+  SELECT EXISTS (
+    SELECT 1
+      FROM (SELECT x.t, x.opens,
+                   coalesce(sum(x.opens - x.closes)
+                              OVER (ORDER BY x.o ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                            0) AS depth
+              FROM (SELECT t, o, length(t) - length(translate(t, '{[', '')) AS opens,
+                           length(t) - length(translate(t, '}]', '')) AS closes
+                      FROM string_to_table(p_bare, ',') WITH ORDINALITY AS s(t, o)) x) p
+     WHERE p.depth + p.opens > p_limit
+       AND p.depth + (SELECT max(d)
+                        FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1
+                                              WHEN c IN ('}', ']') THEN -1 ELSE 0 END)
+                                       OVER (ORDER BY i) AS d
+                                FROM string_to_table(p.t, NULL) WITH ORDINALITY AS c(c, i)) y)
+           > p_limit)
 $$;
 
 -- _payload_problem(payload text) -> 'code|path|message', or NULL when the payload is
@@ -217,6 +274,7 @@ DECLARE
   v_bare text;
   v_tok text;
   v_js text;
+  v_deep boolean;
 BEGIN
   -- Escapes: take out those JSON.stringify writes (escaped backslashes first, pair by
   -- pair from the left, so each backslash left starts an escape); none may remain.
@@ -235,41 +293,59 @@ BEGIN
       END IF;
     END IF;
   END IF;
-  -- What is left outside strings: punctuation, literals and numbers, nothing else.
-  v_bare := regexp_replace(v_rest, '"[^"]*"', '""', 'g');
-  IF v_bare ~ '[ \t\n\r]' THEN
+  -- What is left outside strings: punctuation, literals and numbers, nothing else. Over
+  -- 64 kB, each check reads the text in parts (_json_bare, _bare_number_problem,
+  -- _too_deep):
+  -- a regular expression over the whole text takes 4 bytes a character.
+  IF octet_length(v_rest) <= 65536 THEN
+    v_bare := regexp_replace(v_rest, '"[^"]*"', '""', 'g');
+  ELSE
+    v_bare := cwstore._json_bare(v_rest);
+  END IF;
+  IF strpos(v_bare, ' ') > 0 OR strpos(v_bare, E'\n') > 0 OR strpos(v_bare, E'\t') > 0
+     OR strpos(v_bare, E'\r') > 0 THEN
     RETURN 'shape|$.payload|whitespace outside strings: send the payload as JSON.stringify writes it (compact)';
   END IF;
-  IF v_bare ~ '[.eE]|[0-9]{16}|-0' THEN
-    SELECT m[1] INTO v_tok
-      FROM regexp_matches(v_bare, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
-     WHERE m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
-     LIMIT 1;
-    IF FOUND THEN
-      v_js := cwstore.js_number(v_tok);
-      IF v_js IS NULL AND v_tok ~ '^-?[0-9.]+[eE]\+?[0-9]+$' THEN
-        RETURN format('unrepresentable|$.payload|%s is not a finite number', v_tok);
-      ELSIF v_tok ~ '^-?[0-9]+$' AND v_tok <> '-0' THEN
-        RETURN format('unrepresentable|$.payload|integer %s is beyond +-(2^53-1): JavaScript cannot hold it exactly',
-                      v_tok);
-      END IF;
-      RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
-                    coalesce(v_js, 'as 0'));
+  IF octet_length(v_bare) <= 65536 THEN
+    IF v_bare ~ '[.eE]|[0-9]{16}|-0' THEN
+      SELECT m[1] INTO v_tok
+        FROM regexp_matches(v_bare, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
+       WHERE m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
+       LIMIT 1;
     END IF;
+  ELSE
+    v_tok := cwstore._bare_number_problem(v_bare);
+  END IF;
+  IF v_tok IS NOT NULL THEN
+    v_js := cwstore.js_number(v_tok);
+    IF v_js IS NULL AND v_tok ~ '^-?[0-9.]+[eE]\+?[0-9]+$' THEN
+      RETURN format('unrepresentable|$.payload|%s is not a finite number', v_tok);
+    ELSIF v_tok ~ '^-?[0-9]+$' AND v_tok <> '-0' THEN
+      RETURN format('unrepresentable|$.payload|integer %s is beyond +-(2^53-1): JavaScript cannot hold it exactly',
+                    v_tok);
+    END IF;
+    RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
+                  coalesce(v_js, 'as 0'));
   END IF;
   -- Nesting depth: the deepest point of the running count of brackets outside strings.
-  IF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
-     AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
-                                       OVER (ORDER BY o) AS d
-                                FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
-                                                     NULL) WITH ORDINALITY AS t(c, o)) x) > 10000 THEN
+  IF octet_length(v_bare) <= 65536 THEN
+    v_deep := length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
+              AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
+                                                OVER (ORDER BY o) AS d
+                                         FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
+                                                              NULL) WITH ORDINALITY AS t(c, o)) x) > 10000;
+  ELSE
+    v_deep := cwstore._too_deep(v_bare, 10000);
+  END IF;
+  IF v_deep THEN
     RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
   END IF;
   -- Repeated member names (after the depth, which bounds the stack their check takes):
   -- jsonb keeps one member per name, so it holds fewer values than the text when a name
   -- repeats. Values in the text: containers, strings that are not member names, numbers
   -- and literals.
-  IF length(v_bare) - length(replace(v_bare, '"":', '')) >= 6
+  IF strpos(v_bare, '"":') > 0
+     AND strpos(substr(v_bare, strpos(v_bare, '"":') + 3), '"":') > 0
      AND NOT cwstore._members_unique(p_text, v_bare) THEN
     RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
   END IF;
