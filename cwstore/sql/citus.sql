@@ -79,8 +79,18 @@ $citus$;
 
 -- append_v1 plans its statements generically on one server (force_generic_plan); Citus
 -- cannot plan its INSERT ... SELECT with parameters generically ("could not create
--- distributed plan"), so here it plans them with the call's values.
-ALTER FUNCTION cwstore.append_v1(text, json, bigint, json, bigint) SET plan_cache_mode = auto;
+-- distributed plan"), so here it plans them with the call's values. Whatever its
+-- signature (a database distributed at an earlier migration holds an older one).
+DO $append$
+DECLARE
+  f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'cwstore'::regnamespace AND p.proname = 'append_v1' LOOP
+    EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = auto', f);
+  END LOOP;
+END
+$append$;
 
 -- The private read functions that the public ones call inside a query over a table
 -- keyed by graph: Citus sends that query to the graph's shard on its worker, and the

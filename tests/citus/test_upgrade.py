@@ -10,6 +10,7 @@ migration and goes on appending, with the nodes it held.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,8 @@ import pytest
 
 import cwstore
 from cwstore._sql import Migration, migrations
+
+T0 = "2026-12-02T08:43:04.123Z"
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("CWSTORE_TEST_CITUS_DSN"),
@@ -40,8 +43,16 @@ def test_a_distributed_database_takes_the_later_migrations(
     assert len(files) > 3
     graph = f"upgrade-{uuid.uuid4().hex[:8]}"
     with new_citus_database(files[:3]) as dsn:
-        with cwstore.connect_sync(dsn, min_size=1, max_size=1) as store:
-            before = store.append(graph, [{"kind": "goal", "parents": [], "payload": "one"}])
+        # Written as a client of that release did: the two arguments every append_v1 takes
+        # (this release's client needs the later migrations first).
+        one = {"kind": "goal", "parents": [], "payload": "one", "createdAt": T0}
+        one["id"] = cwstore.compute_id("goal", [], "one", None)
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
+                (graph, json.dumps([one])),
+            )
+        before = [str(one["id"])]
         if path == "cwstore init":
             done = subprocess.run(
                 [sys.executable, "-m", "cwstore", "init", "--dsn", dsn],
@@ -73,11 +84,11 @@ def test_a_distributed_database_takes_the_later_migrations(
             after = store.append(
                 graph,
                 [
-                    {"kind": "inference", "parents": [before[0].id], "payload": {"n": i}}
+                    {"kind": "inference", "parents": [before[0]], "payload": {"n": i}}
                     for i in range(1)
                 ]
                 + [{"kind": "answer", "parents": [], "payload": str(i)} for i in range(5)],
             )
             assert [n.sequence for n in after] == list(range(2, 8))
             state = store.replay(graph)
-            assert [n.id for n in state.nodes] == [n.id for n in before + after]
+            assert [n.id for n in state.nodes] == before + [n.id for n in after]

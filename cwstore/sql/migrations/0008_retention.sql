@@ -45,35 +45,67 @@ ALTER TABLE cwstore.graphs ALTER COLUMN written_at SET DEFAULT clock_timestamp()
   ALTER COLUMN written_at SET NOT NULL;
 ALTER TABLE cwstore.graphs ADD COLUMN retention_group text;
 ALTER TABLE cwstore.graphs ALTER COLUMN retention_group
-  SET DEFAULT nullif(pg_catalog.current_setting('cwstore.retention_group', true), ''),
-  ADD CONSTRAINT graphs_retention_group_check CHECK (
-    retention_group <> '' AND octet_length(retention_group) <= 2000);
+  SET DEFAULT nullif(pg_catalog.current_setting('cwstore.retention_group', true), '');
+-- A statement of its own: Citus runs ADD CONSTRAINT alone.
+ALTER TABLE cwstore.graphs ADD CONSTRAINT graphs_retention_group_check CHECK (
+  retention_group <> '' AND octet_length(retention_group) <= 2000);
 CREATE INDEX graphs_retention_group_idx ON cwstore.graphs (tenant, retention_group)
   WHERE retention_group IS NOT NULL;
 COMMENT ON TABLE cwstore.graphs IS
   'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). The row is the per-graph lock of the append path.';
 
-ALTER TABLE cwstore.graphs
-  ALTER COLUMN name SET STATISTICS 0,
-  ALTER COLUMN vocabulary SET STATISTICS 0,
-  ALTER COLUMN created_at SET STATISTICS 0,
-  ALTER COLUMN written_at SET STATISTICS 0,
-  ALTER COLUMN retention_group SET STATISTICS 0;
-ALTER TABLE cwstore.nodes
-  ALTER COLUMN id SET STATISTICS 0,
-  ALTER COLUMN parents SET STATISTICS 0,
-  ALTER COLUMN payload_text SET STATISTICS 0,
-  ALTER COLUMN created_at_text SET STATISTICS 0,
-  ALTER COLUMN created_at SET STATISTICS 0,
-  ALTER COLUMN resource_key SET STATISTICS 0,
-  ALTER COLUMN recorded_at SET STATISTICS 0;
-ALTER TABLE cwstore.frontier_declarations
-  ALTER COLUMN heads SET STATISTICS 0,
-  ALTER COLUMN declared_at SET STATISTICS 0;
-ALTER TABLE cwstore.key_versions ALTER COLUMN key SET STATISTICS 0;
-ALTER TABLE cwstore.key_heads
-  ALTER COLUMN key SET STATISTICS 0,
-  ALTER COLUMN head_id SET STATISTICS 0;
+-- A statistics target of 0 on each content column (20_tables.sql). Citus refuses SET
+-- STATISTICS on a table distributed before this migration: there it is set on the
+-- coordinator's table alone and on each of its shards.
+DO $stats$
+DECLARE
+  c record;
+  v_citus boolean := pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL;
+  v_dist boolean;
+BEGIN
+  FOR c IN SELECT t.tbl, t.col
+             FROM (VALUES ('graphs', 'name'),
+            ('graphs', 'vocabulary'),
+            ('graphs', 'created_at'),
+            ('graphs', 'written_at'),
+            ('graphs', 'retention_group'),
+            ('nodes', 'id'),
+            ('nodes', 'parents'),
+            ('nodes', 'payload_text'),
+            ('nodes', 'created_at_text'),
+            ('nodes', 'created_at'),
+            ('nodes', 'resource_key'),
+            ('nodes', 'recorded_at'),
+            ('frontier_declarations', 'heads'),
+            ('frontier_declarations', 'declared_at'),
+            ('key_versions', 'key'),
+            ('key_heads', 'key'),
+            ('key_heads', 'head_id')) AS t(tbl, col) LOOP
+    v_dist := false;
+    IF v_citus THEN
+      EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+        INTO v_dist USING format('cwstore.%I', c.tbl)::regclass;
+    END IF;
+    IF v_dist THEN
+      PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+    END IF;
+    EXECUTE format('ALTER TABLE cwstore.%I ALTER COLUMN %I SET STATISTICS 0', c.tbl, c.col);
+    IF v_dist THEN
+      PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'on', true);
+      EXECUTE 'SELECT count(*) FROM run_command_on_shards($1, $2)'
+        USING format('cwstore.%I', c.tbl)::regclass,
+              format('ALTER TABLE %%s ALTER COLUMN %I SET STATISTICS 0', c.col);
+      -- What the workers' ANALYZE gathered for it (a superuser's connections only).
+      IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+        EXECUTE 'SELECT count(*) FROM run_command_on_shards($1, $2)'
+          USING format('cwstore.%I', c.tbl)::regclass,
+                'DELETE FROM pg_catalog.pg_statistic s USING pg_catalog.pg_attribute a'
+                ' WHERE a.attrelid = ''%s''::regclass AND s.starelid = a.attrelid'
+                ' AND s.staattnum = a.attnum AND a.attstattarget = 0';
+      END IF;
+    END IF;
+  END LOOP;
+END $stats$;
 
 -- What ANALYZE gathered for these columns before: removed (see above).
 DO $$
