@@ -1,0 +1,250 @@
+"""The OpenAI Agents SDK's ``Session`` protocol on a cwstore store
+(:class:`~cwstore.AsyncStore`).
+
+The mapping is pure and lives in :mod:`cwstore.openai_agents._mapping`; this module
+reads with the named queries of ``cwstore/openai_agents/queries.sql`` and writes with
+the store's public :meth:`~cwstore.AsyncStore.append` (one node per call, given the
+graph's length it read, so a concurrent writer makes it read again and retry, never
+interleave) and :meth:`~cwstore.AsyncStore.erase`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, cast
+
+import cwstore
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
+from ._mapping import CLEAR_KEY, Fold, batch_node, clear_node, graph_name, pop_node
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+__all__ = ["CwstoreSession"]
+
+_Q = cwstore.named_queries("cwstore.openai_agents")
+_RETRIES = 16
+"""Attempts of one write against other writers of the same session."""
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """What a writer needs of a session's graph: its length, last node, latest clear."""
+
+    length: int
+    tail: str | None
+    clear: str | None
+
+    def after(self, node_id: str, *, clear: bool = False) -> _State:
+        return _State(self.length + 1, node_id, node_id if clear else self.clear)
+
+
+_EMPTY = _State(0, None, None)
+
+
+def _state(row: cwstore.Row | None) -> _State:
+    if row is None:
+        return _EMPTY
+    return _State(int(row["length"]), row["tail_id"], row["clear_id"])
+
+
+class CwstoreSession:
+    """A session of the OpenAI Agents SDK (``agents.memory.session.Session``) kept as
+    the cwstore graph ``openai-agents:<session_id>`` (docs/openai-agents.md).
+
+    ``add_items`` appends the batch as one node, atomically; ``get_items(limit)``
+    returns the latest ``limit`` items (all when ``None``; the default from
+    ``session_settings``), oldest first; ``pop_item`` and ``clear_session`` append a
+    node that retracts the tail item or everything before it: nothing is deleted, so
+    history, point-in-time reads and ``cwstore view`` still show it; :meth:`erase`
+    removes the session for good (cwstore's erasure).
+
+    ``store`` stays the caller's; a session made by :meth:`from_dsn` owns its store
+    and closes it in :meth:`close` (or at the end of ``async with``).
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: cwstore.AsyncStore,
+        *,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(session_id, str):
+            raise cwstore.InputError(
+                f"session_id must be a str, not {type(session_id).__name__}"
+            )
+        self.session_id = session_id
+        self.session_settings = (
+            coerce_session_settings(dict(session_settings))
+            if isinstance(session_settings, Mapping)
+            else session_settings or SessionSettings()
+        )
+        self._store = store
+        self._graph = graph_name(session_id)
+        self._owns_store = False
+        self._known: _State | None = None
+
+    @classmethod
+    async def from_dsn(
+        cls,
+        session_id: str,
+        dsn: str | None = None,
+        *,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        migrate_schema: bool = False,
+        **connect_options: Any,
+    ) -> Self:
+        """A session on a store of its own (:func:`cwstore.connect` with ``dsn`` and
+        ``connect_options``; ``migrate_schema=True`` brings the schema up to date)."""
+        store = await cwstore.connect(dsn, migrate_schema=migrate_schema, **connect_options)
+        session = cls(session_id, store, session_settings=session_settings)
+        session._owns_store = True
+        return session
+
+    @property
+    def store(self) -> cwstore.AsyncStore:
+        """The store this session reads and writes."""
+        return self._store
+
+    @property
+    def graph(self) -> str:
+        """The name of this session's graph."""
+        return self._graph
+
+    async def close(self) -> None:
+        """Close the store if this session opened it (:meth:`from_dsn`)."""
+        if self._owns_store:
+            await self._store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def _read_state(self) -> _State:
+        async with self._store.connection() as conn:
+            row = await conn.fetchrow(_Q["state"], self._graph, CLEAR_KEY)
+        self._known = _state(row)
+        return self._known
+
+    async def _fold(self, limit: int | None) -> tuple[Fold, _State]:
+        """The live items (newest first, up to ``limit``) and the state they were read
+        at: pages of nodes, newest first, from one snapshot."""
+        fold = Fold(limit)
+        page: int | None = None if limit is None else max(limit, 1)
+        below: int | None = None
+        async with self._store.snapshot() as conn:
+            while True:
+                rows = await conn.fetch(_Q["nodes"], self._graph, CLEAR_KEY, below, page)
+                state = _state(rows[0] if rows else None)
+                for row in rows:
+                    if row["seq"] is not None:
+                        fold.add(row["id"], row["payload_text"])
+                if fold.full or page is None or len(rows) < page or rows[-1]["seq"] is None:
+                    break
+                below = int(rows[-1]["seq"])
+                page *= 2
+        self._known = state
+        return fold, state
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The latest ``limit`` items (``None``: the ``session_settings`` limit, else
+        all), oldest first; none for a limit of 0 or less."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and limit <= 0:
+            return []
+        fold, _ = await self._fold(limit)
+        return cast("list[TResponseInputItem]", fold.items())
+
+    # --- writing ------------------------------------------------------------------------
+
+    async def _append(self, node: dict[str, Any], state: _State, clear: bool = False) -> None:
+        """Append ``node`` to the graph as ``state`` found it (its length expected)."""
+        try:
+            stored = await self._store.append(self._graph, [node], expected_length=state.length)
+        except cwstore.ConflictError:
+            self._known = None
+            raise
+        self._known = state.after(stored[0].id, clear=clear)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` (in order) as one node: all of them or, on an error, none."""
+        if not items:
+            return
+        batch = _checked(items)
+        for attempt in range(_RETRIES):
+            state = self._known or await self._read_state()
+            try:
+                await self._append(batch_node(batch, state.tail), state)
+                return
+            except (cwstore.LengthConflictError, cwstore.ChainConflictError):
+                if attempt == _RETRIES - 1:
+                    raise
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Retract the latest item and return it; ``None`` when there is none."""
+        for attempt in range(_RETRIES):
+            fold, state = await self._fold(1)
+            if not fold.found or state.tail is None:
+                return None
+            item, node, index = fold.found[0]
+            try:
+                await self._append(pop_node(state.tail, node, index), state)
+                return cast("TResponseInputItem", item)
+            except (cwstore.LengthConflictError, cwstore.ChainConflictError):
+                if attempt == _RETRIES - 1:
+                    raise
+        return None
+
+    async def clear_session(self) -> None:
+        """Retract every item (a clear node); nothing when the session has none."""
+        for attempt in range(_RETRIES):
+            state = await self._read_state()
+            if state.tail is None or state.tail == state.clear:
+                return
+            try:
+                await self._append(clear_node(state.tail, state.clear), state, clear=True)
+                return
+            except (cwstore.LengthConflictError, cwstore.ChainConflictError):
+                if attempt == _RETRIES - 1:
+                    raise
+
+    async def erase(self, *, reason: str | None = None) -> int:
+        """Erase the session's graph for good (:meth:`cwstore.AsyncStore.erase`: every
+        row, an audit record without name or content); the number of nodes it held, 0
+        when there was no graph."""
+        self._known = None
+        try:
+            return await self._store.erase(self._graph, reason=reason)
+        except cwstore.UnknownGraphError:
+            return 0
+
+
+def _checked(items: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The items as mappings; an :class:`~cwstore.InputError` naming the first that is
+    not one."""
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise cwstore.InputError(
+                f"items[{index}]: an input item is a mapping, not {type(item).__name__}"
+            )
+    return cast("list[Mapping[str, Any]]", list(items))
+

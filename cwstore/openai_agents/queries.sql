@@ -1,0 +1,32 @@
+-- Named queries of the OpenAI Agents SDK session (cwstore.openai_agents), one per
+-- "-- name:" marker. They only read cwstore's documented tables and functions
+-- (docs/sql.md); every write goes through the public store (append_v1, erase_graph_v1).
+
+-- name: state
+-- The graph named $1 as a writer needs it: its length, the id of its last node and the
+-- id of the head of key $2 (the latest clear node); no row when there is no such graph.
+SELECT f.length,
+       (SELECT t.id FROM cwstore.nodes t
+         WHERE t.graph_id = f.graph_id AND t.seq = f.length) AS tail_id,
+       (SELECT h.head_id FROM cwstore.key_heads h
+         WHERE h.graph_id = f.graph_id AND h.key = $2::text) AS clear_id
+  FROM cwstore.find_graph($1::text) f
+
+-- name: nodes
+-- The graph named $1 ("state"'s columns) with its newest nodes after the head of key $2
+-- (the latest clear) and below sequence $3 (NULL: all), newest first, at most $4 (NULL:
+-- all): one row with NULL seq when there are none, no row when there is no such graph.
+SELECT f.length,
+       (SELECT t.id FROM cwstore.nodes t
+         WHERE t.graph_id = f.graph_id AND t.seq = f.length) AS tail_id,
+       c.head_id AS clear_id, n.seq, n.id, n.payload_text
+  FROM cwstore.find_graph($1::text) f
+  LEFT JOIN cwstore.key_heads c ON c.graph_id = f.graph_id AND c.key = $2::text
+  LEFT JOIN LATERAL (
+        SELECT n.seq, n.id, n.payload_text FROM cwstore.nodes n
+         WHERE n.graph_id = f.graph_id
+           AND n.seq > coalesce(c.head_seq, 0)
+           AND n.seq < coalesce($3::bigint, f.length + 1)
+         ORDER BY n.seq DESC
+         LIMIT $4::bigint) n ON true
+ ORDER BY n.seq DESC
