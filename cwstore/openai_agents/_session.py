@@ -147,23 +147,39 @@ class CwstoreSession:
 
     async def _fold(self, limit: int | None) -> tuple[Fold, _State]:
         """The live items (newest first, up to ``limit``) and the state they were read
-        at: pages of nodes, newest first, from one snapshot."""
+        at. One query when the newest ``limit`` nodes hold them (or ``limit`` is
+        ``None``); else pages of nodes, newest first, all from one snapshot."""
+        async with self._store.connection() as conn:
+            found = await self._pages(conn, limit, 1)
+        if found is None:
+            async with self._store.snapshot() as conn:
+                found = await self._pages(conn, limit, None)
+        assert found is not None
+        self._known = found[1]
+        return found
+
+    async def _pages(
+        self, conn: cwstore.AsyncConnection, limit: int | None, pages: int | None
+    ) -> tuple[Fold, _State] | None:
+        """:meth:`_fold` in at most ``pages`` queries (``None``: as many as it takes);
+        ``None`` when that was not enough."""
         fold = Fold(limit)
         page: int | None = None if limit is None else max(limit, 1)
         below: int | None = None
-        async with self._store.snapshot() as conn:
-            while True:
-                rows = await conn.fetch(_Q["nodes"], self._graph, CLEAR_KEY, below, page)
-                state = _state(rows[0] if rows else None)
-                for row in rows:
-                    if row["seq"] is not None:
-                        fold.add(row["id"], row["payload_text"])
-                if fold.full or page is None or len(rows) < page or rows[-1]["seq"] is None:
-                    break
-                below = int(rows[-1]["seq"])
-                page *= 2
-        self._known = state
-        return fold, state
+        done = 0
+        while True:
+            rows = await conn.fetch(_Q["nodes"], self._graph, CLEAR_KEY, below, page)
+            done += 1
+            state = _state(rows[0] if rows else None)
+            for row in rows:
+                if row["seq"] is not None:
+                    fold.add(row["id"], row["payload_text"])
+            if fold.full or page is None or len(rows) < page or rows[-1]["seq"] is None:
+                return fold, state
+            if pages is not None and done >= pages:
+                return None
+            below = int(rows[-1]["seq"])
+            page *= 2
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The latest ``limit`` items (``None``: the ``session_settings`` limit, else
