@@ -75,9 +75,7 @@ class ScriptedModel(Model):
         **_: Any,
     ) -> ModelResponse:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else input
-        user_at = max(
-            i for i, item in enumerate(items) if dict(item).get("role") == "user"
-        )
+        user_at = max(i for i, item in enumerate(items) if dict(item).get("role") == "user")
         user = str(dict(items[user_at]).get("content"))
         rounds_done = sum(
             1 for item in items[user_at:] if dict(item).get("type") == "function_call_output"
@@ -106,9 +104,7 @@ class ScriptedModel(Model):
                     role="assistant",
                     status="completed",
                     content=[
-                        ResponseOutputText(
-                            type="output_text", text=_text(rng, 80), annotations=[]
-                        )
+                        ResponseOutputText(type="output_text", text=_text(rng, 80), annotations=[])
                     ],
                 )
             ]
@@ -190,9 +186,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         f"postgresql+asyncpg://{params.get('user', 'postgres')}@"
         f"{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{params['dbname']}"
     )
-    times: dict[str, dict[str, list[float]]] = {
-        name: {"append": [], "read": []} for name in dbs
-    }
+    times: dict[str, dict[str, list[float]]] = {name: {"append": [], "read": []} for name in dbs}
     store = await cwstore.connect(cw_dsn, migrate_schema=True)
     try:
         setup = SQLAlchemySession.from_url("setup", url=url, create_tables=True)
@@ -278,7 +272,7 @@ def main() -> None:
         f"per session, {b['appends']} appends and {b['reads']} reads each; items equal "
         "after every turn"
     )
-    print(f"| | SQLAlchemySession | CwstoreSession | ratio |\n| --- | --- | --- | --- |")
+    print("| | SQLAlchemySession | CwstoreSession | ratio |\n| --- | --- | --- | --- |")
     print(f"| bytes | {a['bytes']:,} | {b['bytes']:,} | {b['bytes'] / a['bytes']:.2f}x |")
     for key, label in (("append", "append (add_items)"), ("read", "read (get_items)")):
         print(

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, cast
 
-import cwstore
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
     resolve_session_limit,
 )
+
+import cwstore
 
 from ._mapping import CLEAR_KEY, Fold, batch_node, clear_node, graph_name, pop_node
 
@@ -80,9 +82,7 @@ class CwstoreSession:
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(session_id, str):
-            raise cwstore.InputError(
-                f"session_id must be a str, not {type(session_id).__name__}"
-            )
+            raise cwstore.InputError(f"session_id must be a str, not {type(session_id).__name__}")
         self.session_id = session_id
         self.session_settings = (
             coerce_session_settings(dict(session_settings))
@@ -193,12 +193,27 @@ class CwstoreSession:
     # --- writing ------------------------------------------------------------------------
 
     async def _append(self, node: dict[str, Any], state: _State, clear: bool = False) -> None:
-        """Append ``node`` to the graph as ``state`` found it (its length expected)."""
+        """Append ``node`` to the graph as ``state`` found it (its length expected).
+
+        Raises :class:`~cwstore.LengthConflictError` when the graph moved on meanwhile,
+        also when another writer appended the very same node first (the store returns
+        the stored node, at another position): this call then wrote nothing.
+        """
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
-            stored = await self._store.append(self._graph, [node], expected_length=state.length)
+            stored = await self._store.append(
+                self._graph, [{**node, "createdAt": stamp}], expected_length=state.length
+            )
         except cwstore.ConflictError:
             self._known = None
             raise
+        if stored[0].created_at != stamp:
+            self._known = None
+            raise cwstore.LengthConflictError(
+                graph=self._graph,
+                expected_length=state.length,
+                actual_length=stored[0].sequence,
+            )
         self._known = state.after(stored[0].id, clear=clear)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -263,4 +278,3 @@ def _checked(items: Sequence[Any]) -> list[Mapping[str, Any]]:
                 f"items[{index}]: an input item is a mapping, not {type(item).__name__}"
             )
     return cast("list[Mapping[str, Any]]", list(items))
-
