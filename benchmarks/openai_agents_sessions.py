@@ -83,6 +83,7 @@ class ScriptedModel(Model):
         rng = random.Random(user)
         tool_rounds = rng.choice((0, 1, 1, 2))
         turn = user.split(" ", 1)[0]
+        output: list[Any]
         if rounds_done < tool_rounds:
             calls = rng.choice((1, 1, 2))
             output = [
@@ -169,7 +170,7 @@ def _size(dsn: str, where: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _pct(xs: list[float], q: float) -> float:
+def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100)[q - 1] if len(xs) > 1 else xs[0]
 
 

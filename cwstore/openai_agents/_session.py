@@ -68,6 +68,8 @@ class CwstoreSession:
     history, point-in-time reads and ``cwstore view`` still show it; :meth:`erase`
     removes the session for good (cwstore's erasure).
 
+    ``retention_group`` puts the session's graph in that retention group when its first
+    write creates it (``store.erase_idle`` erases a group's idle graphs together).
     ``store`` stays the caller's; a session made by :meth:`from_dsn` owns its store
     and closes it in :meth:`close` (or at the end of ``async with``).
     """
@@ -80,6 +82,7 @@ class CwstoreSession:
         store: cwstore.AsyncStore,
         *,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        retention_group: str | None = None,
     ) -> None:
         if not isinstance(session_id, str):
             raise cwstore.InputError(f"session_id must be a str, not {type(session_id).__name__}")
@@ -91,6 +94,7 @@ class CwstoreSession:
         )
         self._store = store
         self._graph = graph_name(session_id)
+        self._retention_group = retention_group
         self._owns_store = False
         self._known: _State | None = None
 
@@ -101,13 +105,16 @@ class CwstoreSession:
         dsn: str | None = None,
         *,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        retention_group: str | None = None,
         migrate_schema: bool = False,
         **connect_options: Any,
     ) -> Self:
         """A session on a store of its own (:func:`cwstore.connect` with ``dsn`` and
         ``connect_options``; ``migrate_schema=True`` brings the schema up to date)."""
         store = await cwstore.connect(dsn, migrate_schema=migrate_schema, **connect_options)
-        session = cls(session_id, store, session_settings=session_settings)
+        session = cls(
+            session_id, store, session_settings=session_settings, retention_group=retention_group
+        )
         session._owns_store = True
         return session
 
@@ -202,7 +209,10 @@ class CwstoreSession:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
             stored = await self._store.append(
-                self._graph, [{**node, "createdAt": stamp}], expected_length=state.length
+                self._graph,
+                [{**node, "createdAt": stamp}],
+                expected_length=state.length,
+                retention_group=self._retention_group,
             )
         except cwstore.ConflictError:
             self._known = None

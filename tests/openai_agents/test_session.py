@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, cast
 
 import pytest
@@ -287,6 +288,50 @@ async def test_history_is_kept_through_pop_and_clear(store: cwstore.AsyncStore) 
         (3, None, "a1"),
         (6, None, "q2"),
     ]
+
+
+_EVERY_ITEM = """
+WITH s AS (SELECT seq, id, payload FROM cwstore.node_view WHERE graph = $1),
+     cleared AS (SELECT coalesce(max(seq), 0) AS seq FROM s WHERE payload ? 'clear'),
+     popped AS (SELECT payload -> 'pop' ->> 'node' AS node,
+                       (payload -> 'pop' ->> 'index')::int AS idx
+                  FROM s WHERE payload ? 'pop')
+SELECT s.seq, i.ord - 1 AS index, i.item ->> 'content' AS content,
+       s.seq <= cleared.seq AS cleared, p.node IS NOT NULL AS popped
+  FROM s CROSS JOIN cleared
+ CROSS JOIN LATERAL jsonb_array_elements(s.payload -> 'items') WITH ORDINALITY i(item, ord)
+  LEFT JOIN popped p ON p.node = s.id AND p.idx = i.ord - 1
+ ORDER BY s.seq, i.ord"""
+"""docs/openai-agents.md's query: every item ever added, and whether it was popped or
+cleared since."""
+
+
+async def test_sql_tells_every_item_and_its_fate(store: cwstore.AsyncStore) -> None:
+    session = CwstoreSession("fate", store)
+    await session.add_items([_user("a"), _user("b")])
+    await session.pop_item()
+    await session.clear_session()
+    await session.add_items([_user("c"), _user("d")])
+    await session.pop_item()
+    async with store.snapshot() as conn:
+        rows = await conn.fetch(_EVERY_ITEM, session.graph)
+    assert [(r["content"], r["cleared"], r["popped"]) for r in rows] == [
+        ("a", True, False),
+        ("b", True, True),
+        ("c", False, False),
+        ("d", False, True),
+    ]
+    live = [r["content"] for r in rows if not r["cleared"] and not r["popped"]]
+    assert live == await _contents(session)
+
+
+async def test_retention_group(store: cwstore.AsyncStore) -> None:
+    session = CwstoreSession("kept-together", store, retention_group="user-7")
+    await session.add_items([_user("x")])
+    await CwstoreSession("kept-together-2", store, retention_group="user-7").add_items([_user("y")])
+    idle = await store.idle_graphs(timedelta(0))
+    groups = {g.graph: g.retention_group for g in idle}
+    assert groups[session.graph] == groups["openai-agents:kept-together-2"] == "user-7"
 
 
 async def test_erase_removes_the_session(store: cwstore.AsyncStore) -> None:
