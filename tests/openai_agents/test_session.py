@@ -329,7 +329,8 @@ async def test_retention_group(store: cwstore.AsyncStore) -> None:
     session = CwstoreSession("kept-together", store, retention_group="user-7")
     await session.add_items([_user("x")])
     await CwstoreSession("kept-together-2", store, retention_group="user-7").add_items([_user("y")])
-    idle = await store.idle_graphs(timedelta(0))
+    await asyncio.sleep(0.02)
+    idle = await store.idle_graphs(timedelta(milliseconds=1))
     groups = {g.graph: g.retention_group for g in idle}
     assert groups[session.graph] == groups["openai-agents:kept-together-2"] == "user-7"
 
