@@ -1,7 +1,9 @@
 """How an OpenAI Agents SDK session is kept as a cwstore graph (pure: no I/O).
 
 One session is one graph, ``openai-agents:<session_id>``, a chain of nodes each of which
-has the node before it as a parent:
+has the node before it as a parent (and, after writers raced, every head of the
+frontier: the chain forks where batches were written concurrently and joins again at
+the next write):
 
 - ``add_items(items)`` is one node holding the batch, payload ``{"items": [...]}``, of
   the kind of the batch's last item (:func:`item_kind`);
@@ -17,7 +19,7 @@ taking away the item that was the tail when it was written (:class:`Fold`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,33 +73,34 @@ def item_kind(item: Mapping[str, Any]) -> str:
     return "inference"
 
 
-def _parents(*ids: str | None) -> list[str]:
-    return sorted({i for i in ids if i is not None})
+def _parents(after: Iterable[str], *more: str | None) -> list[str]:
+    return sorted({*after, *(i for i in more if i is not None)})
 
 
-def batch_node(items: Sequence[Mapping[str, Any]], tail: str | None) -> dict[str, Any]:
-    """The node of one ``add_items`` batch (non-empty), after the node ``tail``."""
+def batch_node(items: Sequence[Mapping[str, Any]], after: Iterable[str]) -> dict[str, Any]:
+    """The node of one ``add_items`` batch (non-empty), after the nodes ``after`` (the
+    graph's last node and its frontier's heads, as the writer knows them)."""
     return {
         "kind": item_kind(items[-1]),
-        "parents": _parents(tail),
+        "parents": _parents(after),
         "payload": {"items": list(items)},
     }
 
 
-def pop_node(tail: str, node: str, index: int) -> dict[str, Any]:
-    """The node retracting item ``index`` of batch node ``node``, after ``tail``."""
+def pop_node(after: Iterable[str], node: str, index: int) -> dict[str, Any]:
+    """The node retracting item ``index`` of batch node ``node``, after ``after``."""
     return {
         "kind": "system",
-        "parents": _parents(tail, node),
+        "parents": _parents(after, node),
         "payload": {"pop": {"node": node, "index": index}},
     }
 
 
-def clear_node(tail: str, previous_clear: str | None) -> dict[str, Any]:
-    """The node clearing the session, after ``tail`` and the previous clear node."""
+def clear_node(after: Iterable[str], previous_clear: str | None) -> dict[str, Any]:
+    """The node clearing the session, after ``after`` and the previous clear node."""
     return {
         "kind": "system",
-        "parents": _parents(tail, previous_clear),
+        "parents": _parents(after, previous_clear),
         "payload": {"clear": True},
         "resourceKey": CLEAR_KEY,
     }

@@ -10,11 +10,13 @@ interleave) and :meth:`~cwstore.AsyncStore.erase`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import random
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from agents.memory.session_settings import (
     SessionSettings,
@@ -32,20 +34,28 @@ if TYPE_CHECKING:
 __all__ = ["CwstoreSession"]
 
 _Q = cwstore.named_queries("cwstore.openai_agents")
-_RETRIES = 16
+_T = TypeVar("_T")
+_RETRIES = 32
 """Attempts of one write against other writers of the same session."""
 
 
 @dataclass(frozen=True, slots=True)
 class _State:
-    """What a writer needs of a session's graph: its length, last node, latest clear."""
+    """What a writer needs of a session's graph: its length, last node, latest clear,
+    and the heads of its frontier when read (other writers' concurrent nodes)."""
 
     length: int
     tail: str | None
     clear: str | None
+    heads: tuple[str, ...] = ()
+
+    @property
+    def last(self) -> tuple[str, ...]:
+        """What a new node follows: the heads, and the last node."""
+        return (*self.heads, self.tail) if self.tail is not None else self.heads
 
     def after(self, node_id: str, *, clear: bool = False) -> _State:
-        return _State(self.length + 1, node_id, node_id if clear else self.clear)
+        return _State(self.length + 1, node_id, node_id if clear else self.clear, (node_id,))
 
 
 _EMPTY = _State(0, None, None)
@@ -54,7 +64,31 @@ _EMPTY = _State(0, None, None)
 def _state(row: cwstore.Row | None) -> _State:
     if row is None:
         return _EMPTY
-    return _State(int(row["length"]), row["tail_id"], row["clear_id"])
+    return _State(int(row["length"]), row["tail_id"], row["clear_id"], tuple(row["heads"]))
+
+
+async def _settled(mutation: Awaitable[_T]) -> _T:
+    """Run ``mutation`` to its end even when the caller is cancelled meanwhile (then
+    raise :class:`asyncio.CancelledError` once it has ended): a cancelled write has
+    landed whole or not at all by the time the caller sees the cancellation."""
+    task = asyncio.ensure_future(mutation)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()
+        raise asyncio.CancelledError
+    return task.result()
+
+
+async def _backoff(attempt: int) -> None:
+    """A pause before attempt ``attempt + 1`` against other writers, random so that
+    writers that met once do not meet again."""
+    await asyncio.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
 
 
 class CwstoreSession:
@@ -70,8 +104,11 @@ class CwstoreSession:
 
     ``retention_group`` puts the session's graph in that retention group when its first
     write creates it (``store.erase_idle`` erases a group's idle graphs together).
-    ``store`` stays the caller's; a session made by :meth:`from_dsn` owns its store
-    and closes it in :meth:`close` (or at the end of ``async with``).
+    A write the caller cancels still ends (whole, or not at all on an error) before the
+    cancellation is raised, as the SDK's own sessions do. A store, and so a session,
+    belongs to the event loop it was opened in. ``store`` stays the caller's; a session
+    made by :meth:`from_dsn` owns its store and closes it in :meth:`close` (or at the
+    end of ``async with``).
     """
 
     session_settings: SessionSettings | None
@@ -199,19 +236,22 @@ class CwstoreSession:
 
     # --- writing ------------------------------------------------------------------------
 
-    async def _append(self, node: dict[str, Any], state: _State, clear: bool = False) -> None:
-        """Append ``node`` to the graph as ``state`` found it (its length expected).
+    async def _append(
+        self, node: dict[str, Any], state: _State, *, clear: bool = False, exact: bool = True
+    ) -> None:
+        """Append ``node`` to the graph as ``state`` found it (its length expected, when
+        ``exact``).
 
         Raises :class:`~cwstore.LengthConflictError` when the graph moved on meanwhile,
         also when another writer appended the very same node first (the store returns
-        the stored node, at another position): this call then wrote nothing.
+        it as stored, not the one sent): this call then wrote nothing.
         """
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
             stored = await self._store.append(
                 self._graph,
                 [{**node, "createdAt": stamp}],
-                expected_length=state.length,
+                expected_length=state.length if exact else None,
                 retention_group=self._retention_group,
             )
         except cwstore.ConflictError:
@@ -224,49 +264,75 @@ class CwstoreSession:
                 expected_length=state.length,
                 actual_length=stored[0].sequence,
             )
-        self._known = state.after(stored[0].id, clear=clear)
+        if exact:
+            self._known = state.after(stored[0].id, clear=clear)
+        else:
+            self._known = None
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` (in order) as one node: all of them or, on an error, none."""
+        """Append ``items`` (in order) as one node: all of them or, on an error, none.
+
+        The node's parent is the graph's last node as this session knows it, its length
+        expected. When another writer moved the graph on, the batch is appended after
+        whatever is there by then (the graph's frontier and last node, read again, as
+        parents; no length expected): concurrent batches are kept whole, in the order
+        they commit, and a conflict is never handed to the caller.
+        """
         if not items:
             return
-        batch = _checked(items)
+        await _settled(self._add_items(_checked(items)))
+
+    async def _add_items(self, batch: list[Mapping[str, Any]]) -> None:
+        state = self._known or await self._read_state()
+        try:
+            await self._append(batch_node(batch, state.last), state)
+            return
+        except cwstore.LengthConflictError:
+            pass
         for attempt in range(_RETRIES):
-            state = self._known or await self._read_state()
+            state = await self._read_state()
             try:
-                await self._append(batch_node(batch, state.tail), state)
+                await self._append(batch_node(batch, state.last), state, exact=False)
                 return
-            except (cwstore.LengthConflictError, cwstore.ChainConflictError):
+            except cwstore.LengthConflictError:
                 if attempt == _RETRIES - 1:
                     raise
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Retract the latest item and return it; ``None`` when there is none."""
+        return await _settled(self._pop_item())
+
+    async def _pop_item(self) -> TResponseInputItem | None:
         for attempt in range(_RETRIES):
             fold, state = await self._fold(1)
             if not fold.found or state.tail is None:
                 return None
             item, node, index = fold.found[0]
             try:
-                await self._append(pop_node(state.tail, node, index), state)
+                await self._append(pop_node(state.last, node, index), state)
                 return cast("TResponseInputItem", item)
             except (cwstore.LengthConflictError, cwstore.ChainConflictError):
                 if attempt == _RETRIES - 1:
                     raise
+            await _backoff(attempt)
         return None
 
     async def clear_session(self) -> None:
         """Retract every item (a clear node); nothing when the session has none."""
+        await _settled(self._clear_session())
+
+    async def _clear_session(self) -> None:
         for attempt in range(_RETRIES):
             state = await self._read_state()
             if state.tail is None or state.tail == state.clear:
                 return
             try:
-                await self._append(clear_node(state.tail, state.clear), state, clear=True)
+                await self._append(clear_node(state.last, state.clear), state, clear=True)
                 return
             except (cwstore.LengthConflictError, cwstore.ChainConflictError):
                 if attempt == _RETRIES - 1:
                     raise
+            await _backoff(attempt)
 
     async def erase(self, *, reason: str | None = None) -> int:
         """Erase the session's graph for good (:meth:`cwstore.AsyncStore.erase`: every

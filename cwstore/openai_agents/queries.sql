@@ -3,13 +3,18 @@
 -- (docs/sql.md); every write goes through the public store (append_v1, erase_graph_v1).
 
 -- name: state
--- The graph named $1 as a writer needs it: its length, the id of its last node and the
--- id of the head of key $2 (the latest clear node); no row when there is no such graph.
+-- The graph named $1 as a writer needs it: its length, the id of its last node, the id
+-- of the head of key $2 (the latest clear node) and the ids of its frontier's heads; no
+-- row when there is no such graph.
 SELECT f.length,
        (SELECT t.id FROM cwstore.nodes t
          WHERE t.graph_id = f.graph_id AND t.seq = f.length) AS tail_id,
        (SELECT h.head_id FROM cwstore.key_heads h
-         WHERE h.graph_id = f.graph_id AND h.key = $2::text) AS clear_id
+         WHERE h.graph_id = f.graph_id AND h.key = $2::text) AS clear_id,
+       ARRAY(SELECT n.id FROM cwstore.frontier_spans s
+               JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
+              WHERE s.graph_id = f.graph_id AND s.to_seq = cwstore.infinity_seq()
+              ORDER BY s.from_seq, s.ord) AS heads
   FROM cwstore.find_graph($1::text) f
 
 -- name: nodes
@@ -19,7 +24,12 @@ SELECT f.length,
 SELECT f.length,
        (SELECT t.id FROM cwstore.nodes t
          WHERE t.graph_id = f.graph_id AND t.seq = f.length) AS tail_id,
-       c.head_id AS clear_id, n.seq, n.id, n.payload_text
+       c.head_id AS clear_id,
+       ARRAY(SELECT h.id FROM cwstore.frontier_spans s
+               JOIN cwstore.nodes h ON h.graph_id = s.graph_id AND h.seq = s.head_seq
+              WHERE s.graph_id = f.graph_id AND s.to_seq = cwstore.infinity_seq()
+              ORDER BY s.from_seq, s.ord) AS heads,
+       n.seq, n.id, n.payload_text
   FROM cwstore.find_graph($1::text) f
   LEFT JOIN cwstore.key_heads c ON c.graph_id = f.graph_id AND c.key = $2::text
   LEFT JOIN LATERAL (

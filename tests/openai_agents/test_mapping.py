@@ -46,16 +46,17 @@ def test_item_kind(item: dict[str, Any], kind: str) -> None:
 
 def test_nodes() -> None:
     items = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    assert batch_node(items, None) == {"kind": "answer", "parents": [], "payload": {"items": items}}
-    assert batch_node(items[:1], "cw_b")["parents"] == ["cw_b"]
-    assert pop_node("cw_b", "cw_a", 1) == {
+    assert batch_node(items, ()) == {"kind": "answer", "parents": [], "payload": {"items": items}}
+    assert batch_node(items[:1], ["cw_b"])["parents"] == ["cw_b"]
+    assert batch_node(items[:1], ["cw_c", "cw_b", "cw_c"])["parents"] == ["cw_b", "cw_c"]
+    assert pop_node(["cw_b"], "cw_a", 1) == {
         "kind": "system",
         "parents": ["cw_a", "cw_b"],
         "payload": {"pop": {"node": "cw_a", "index": 1}},
     }
-    assert pop_node("cw_a", "cw_a", 0)["parents"] == ["cw_a"]
-    assert clear_node("cw_b", None)["resourceKey"] == CLEAR_KEY
-    assert clear_node("cw_b", "cw_a")["parents"] == ["cw_a", "cw_b"]
+    assert pop_node(["cw_a"], "cw_a", 0)["parents"] == ["cw_a"]
+    assert clear_node(["cw_b"], None)["resourceKey"] == CLEAR_KEY
+    assert clear_node(["cw_b"], "cw_a")["parents"] == ["cw_a", "cw_b"]
     assert graph_name("s:1") == "openai-agents:s:1"
 
 

@@ -217,6 +217,48 @@ async def test_the_same_batch_from_two_writers_is_kept_twice(store: cwstore.Asyn
     assert await one.get_items() == []
 
 
+async def test_concurrent_writers_on_one_session(store: cwstore.AsyncStore) -> None:
+    session = CwstoreSession("many-on-one", store)
+    submitted = [f"msg-{i}" for i in range(25)]
+    results = await asyncio.gather(
+        *(session.add_items([_user(c)]) for c in submitted), return_exceptions=True
+    )
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    assert sorted(await _contents(session)) == sorted(submitted)
+    await session.add_items([_user("after")])
+    state = await store.replay(session.graph)
+    assert len(state.frontier) == 1
+    assert await store.length(session.graph) == 26
+
+
+@pytest.mark.parametrize("operation", ["add", "pop", "clear"])
+async def test_a_cancelled_write_lands_whole(store: cwstore.AsyncStore, operation: str) -> None:
+    session = CwstoreSession(f"cancelled-{operation}", store)
+    await session.add_items([_user("first"), _user("second")])
+    length = await store.length(session.graph)
+    if operation == "add":
+        task: asyncio.Task[Any] = asyncio.create_task(
+            session.add_items([_user("third"), _user("fourth")])
+        )
+    elif operation == "pop":
+        task = asyncio.create_task(session.pop_item())
+    else:
+        task = asyncio.create_task(session.clear_session())
+    await asyncio.sleep(0.001)
+    task.cancel()
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await store.length(session.graph) == length + 1
+    expected = {
+        "add": ["first", "second", "third", "fourth"],
+        "pop": ["first"],
+        "clear": [],
+    }[operation]
+    assert await _contents(session) == expected
+
+
 async def test_concurrent_pops_return_each_item_once(store: cwstore.AsyncStore) -> None:
     first = CwstoreSession("pops", store)
     await first.add_items([_user(f"m{i}") for i in range(20)])
