@@ -159,15 +159,17 @@ def _dsn_for(admin: str, db: str) -> str:
     return psycopg.conninfo.make_conninfo(admin, dbname=db)
 
 
-def _size(dsn: str, where: str) -> int:
+def _sizes(dsn: str, where: str) -> dict[str, int]:
+    """Each table's total relation size (indexes and TOAST included), after VACUUM
+    ANALYZE."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
-        row = conn.execute(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+        rows = conn.execute(
+            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             f"WHERE c.relkind IN ('r', 'p') AND {where}"
-        ).fetchone()
-    return int(row[0]) if row else 0
+        ).fetchall()
+    return {str(name): int(size) for name, size in rows}
 
 
 def _pct(xs: list[float], q: int) -> float:
@@ -193,8 +195,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         setup = SQLAlchemySession.from_url("setup", url=url, create_tables=True)
         await setup.get_items()
         before = {
-            "sqlalchemy": _size(sqla_dsn, "n.nspname = 'public'"),
-            "cwstore": _size(cw_dsn, "n.nspname = 'cwstore'"),
+            "sqlalchemy": _sizes(sqla_dsn, "n.nspname = 'public'"),
+            "cwstore": _sizes(cw_dsn, "n.nspname = 'cwstore'"),
         }
         sessions: dict[str, list[Timed]] = {"sqlalchemy": [], "cwstore": []}
         for s in range(args.sessions):
@@ -233,8 +235,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 items_total = max(items_total, len(ours))
         await setup.engine.dispose()
         after = {
-            "sqlalchemy": _size(sqla_dsn, "n.nspname = 'public'"),
-            "cwstore": _size(cw_dsn, "n.nspname = 'cwstore'"),
+            "sqlalchemy": _sizes(sqla_dsn, "n.nspname = 'public'"),
+            "cwstore": _sizes(cw_dsn, "n.nspname = 'cwstore'"),
         }
     finally:
         await store.close()
@@ -243,8 +245,14 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     result: dict[str, Any] = {"items_per_session": items_total}
     for name in dbs:
+        grown = {
+            table: size - before[name].get(table, 0)
+            for table, size in after[name].items()
+            if size != before[name].get(table, 0)
+        }
         result[name] = {
-            "bytes": after[name] - before[name],
+            "bytes": sum(grown.values()),
+            "tables": dict(sorted(grown.items(), key=lambda kv: -kv[1])),
             "append_p50": _pct(times[name]["append"], 50) * 1000,
             "append_p95": _pct(times[name]["append"], 95) * 1000,
             "read_p50": _pct(times[name]["read"], 50) * 1000,
@@ -284,6 +292,9 @@ def main() -> None:
             f"| {label} p95 | {a[key + '_p95']:.2f} ms | {b[key + '_p95']:.2f} ms | "
             f"{b[key + '_p95'] / a[key + '_p95']:.2f}x |"
         )
+    for name, label in (("sqlalchemy", "SQLAlchemySession"), ("cwstore", "CwstoreSession")):
+        tables = ", ".join(f"{t} {v:,}" for t, v in result[name]["tables"].items())
+        print(f"\n{label} bytes by table (indexes and TOAST included): {tables}")
 
 
 if __name__ == "__main__":
