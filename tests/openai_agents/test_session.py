@@ -388,6 +388,10 @@ async def test_erase_removes_the_session(store: cwstore.AsyncStore) -> None:
     await session.add_items([_user("new life")])
     assert await _contents(session) == ["new life"]
     assert await store.length(session.graph) == 1
+    other = CwstoreSession("erased", store)
+    assert await other.erase() == 1
+    await session.add_items([_user("after another erased it")])
+    assert await _contents(other) == ["after another erased it"]
 
 
 async def test_a_stale_writer_reads_again(store: cwstore.AsyncStore) -> None:
