@@ -50,6 +50,10 @@ from cwstore.openai_agents import CwstoreSession
 set_tracing_disabled(True)
 
 
+SCALE = {"words": 1.0}
+"""How much longer than the defaults the tool outputs and answers are (--scale)."""
+
+
 def _text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words))
 
@@ -105,7 +109,11 @@ class ScriptedModel(Model):
                     role="assistant",
                     status="completed",
                     content=[
-                        ResponseOutputText(type="output_text", text=_text(rng, 80), annotations=[])
+                        ResponseOutputText(
+                            type="output_text",
+                            text=_text(rng, round(80 * SCALE["words"])),
+                            annotations=[],
+                        )
                     ],
                 )
             ]
@@ -118,13 +126,13 @@ class ScriptedModel(Model):
 @function_tool
 def lookup(query: str) -> str:
     """Look something up."""
-    return _text(random.Random("lookup " + query), 60)
+    return _text(random.Random("lookup " + query), round(60 * SCALE["words"]))
 
 
 @function_tool
 def weather(query: str) -> str:
     """The weather somewhere."""
-    return _text(random.Random("weather " + query), 25)
+    return _text(random.Random("weather " + query), round(25 * SCALE["words"]))
 
 
 class Timed:
@@ -268,16 +276,21 @@ def main() -> None:
     parser.add_argument("--dsn", required=True, help="an admin DSN of the server")
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--turns", type=int, default=25)
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="tool outputs and answers this many times longer"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the two databases")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
+    SCALE["words"] = args.scale
     result = asyncio.run(_run(args))
     if args.json:
         print(json.dumps(result))
         return
     a, b = result["sqlalchemy"], result["cwstore"]
     print(
-        f"{args.sessions} sessions x {args.turns} turns, {result['items_per_session']} items "
+        f"{args.sessions} sessions x {args.turns} turns (scale {args.scale}), "
+        f"{result['items_per_session']} items "
         f"per session, {b['appends']} appends and {b['reads']} reads each; items equal "
         "after every turn"
     )
