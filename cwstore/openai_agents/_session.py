@@ -215,14 +215,14 @@ class CwstoreSession:
             rows = await conn.fetch(_Q["nodes"], self._graph, CLEAR_KEY, below, page)
             done += 1
             state = _state(rows[0] if rows else None)
-            for row in rows:
-                if row["seq"] is not None:
-                    fold.add(row["id"], row["payload_text"])
-            if fold.full or page is None or len(rows) < page or rows[-1]["seq"] is None:
+            nodes = rows[1:]
+            for row in nodes:
+                fold.add(row["id"], row["payload_text"])
+            if fold.full or page is None or len(nodes) < page:
                 return fold, state
             if pages is not None and done >= pages:
                 return None
-            below = int(rows[-1]["seq"])
+            below = int(nodes[-1]["seq"])
             page *= 2
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
