@@ -3,9 +3,9 @@
 
 The mapping is pure and lives in :mod:`cwstore.openai_agents._mapping`; this module
 reads with the named queries of ``cwstore/openai_agents/queries.sql`` and writes with
-the store's public :meth:`~cwstore.AsyncStore.append` (one node per call, given the
-graph's length it read, so a concurrent writer makes it read again and retry, never
-interleave) and :meth:`~cwstore.AsyncStore.erase`.
+the store's public :meth:`~cwstore.AsyncStore.append` (one node per call, expecting
+the graph's length it last saw; another writer meanwhile makes it read again) and
+:meth:`~cwstore.AsyncStore.erase`.
 """
 
 from __future__ import annotations
