@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -32,11 +31,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql
-from .._migrate_async import migrate_dsn
-from ..drivers._protocol import AsyncConnection
-from ..errors import ChainConflictError, DatabaseError, UnknownGraphError
-from ..store_async import AsyncStore, connect
+from cwstore import (
+    AsyncConnection,
+    AsyncStore,
+    ChainConflictError,
+    DatabaseError,
+    UnknownGraphError,
+    compute_id,
+    connect,
+    named_queries,
+)
+
 from ._mapping import (
     CP_KIND,
     CheckpointState,
@@ -61,7 +66,7 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["AsyncCwstoreSaver"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
+_Q = named_queries("cwstore.langgraph")
 _ROWS = {
     name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
     for name in ("checkpoint", "checkpoints")
@@ -175,7 +180,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        await migrate_dsn(self.store.dsn)
+        await self.store.migrate_schema()
 
     # --- reading ------------------------------------------------------------------------
 
@@ -406,8 +411,6 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _append_writes(
         self, graph: str, group: str, checkpoint_id: str, payload: Any
     ) -> None:
-        from cwstore.identity import compute_id
-
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)

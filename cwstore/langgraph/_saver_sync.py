@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -35,11 +34,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql
-from .._migrate_sync import migrate_dsn
-from ..drivers._protocol import Connection
-from ..errors import ChainConflictError, DatabaseError, UnknownGraphError
-from ..store import Store, connect_sync
+from cwstore import (
+    ChainConflictError,
+    Connection,
+    DatabaseError,
+    Store,
+    UnknownGraphError,
+    compute_id,
+    connect_sync,
+    named_queries,
+)
+
 from ._mapping import (
     CP_KIND,
     CheckpointState,
@@ -64,7 +69,7 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["CwstoreSaver"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
+_Q = named_queries("cwstore.langgraph")
 _ROWS = {
     name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
     for name in ("checkpoint", "checkpoints")
@@ -178,7 +183,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        migrate_dsn(self.store.dsn)
+        self.store.migrate_schema()
 
     # --- reading ------------------------------------------------------------------------
 
@@ -405,8 +410,6 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         self._append_writes(graph, thread_prefix(thread_id), checkpoint_id, payload)
 
     def _append_writes(self, graph: str, group: str, checkpoint_id: str, payload: Any) -> None:
-        from cwstore.identity import compute_id
-
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
