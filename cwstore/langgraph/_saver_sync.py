@@ -70,11 +70,6 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 __all__ = ["CwstoreSaver"]
 
 _Q = named_queries("cwstore.langgraph")
-_ROWS = {
-    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
-    for name in ("checkpoint", "checkpoints")
-}
-"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
 _RETRIES = 8
 _LIST_PAGE = 16
 """Checkpoints read by one query of a listing."""
@@ -220,26 +215,18 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             graph_id = self._graph_key(conn, graph)
             if graph_id is None:
                 return []
-            if checkpoint_id is not None:
-                rows = conn.fetch(
-                    _ROWS["checkpoint"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    checkpoint_key(checkpoint_id),
-                )
-            else:
-                rows = conn.fetch(
-                    _ROWS["checkpoints"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    CP_KIND,
-                    below,
-                    before,
-                    wanted,
-                    limit,
-                )
+            rows = conn.fetch(
+                _q("checkpoint_rows"),
+                graph_id,
+                graph,
+                writes_key(""),
+                None if checkpoint_id is None else checkpoint_key(checkpoint_id),
+                CP_KIND,
+                below,
+                before,
+                wanted,
+                limit,
+            )
             if not rows:
                 if not remembered:
                     return []

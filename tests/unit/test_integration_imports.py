@@ -12,6 +12,7 @@ Its own modules (``from ._mapping import ...``) are its business.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,19 @@ def _module_name(path: Path) -> str:
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_an_integration_uses_public_names_only(path: Path) -> None:
     assert violations(path.read_text(encoding="utf-8"), _module_name(path)) == []
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in INTEGRATIONS if (PACKAGE / n / "queries.sql").is_file()]
+)
+def test_an_integrations_queries_are_run_as_written(name: str) -> None:
+    """No ``{placeholder}`` for the reader to fill in: the SQL in ``queries.sql`` is
+    the SQL that runs."""
+    queries = cwstore.named_queries(f"cwstore.{name}")
+    assert queries
+    assert {q: re.findall(r"\{[A-Za-z_]\w*\}", text) for q, text in queries.items()} == {
+        q: [] for q in queries
+    }
 
 
 def test_the_integrations_are_found() -> None:
