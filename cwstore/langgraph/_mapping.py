@@ -57,8 +57,7 @@ from langchain_core.messages import (
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..drivers._protocol import Row
-from ..errors import DatabaseError
+from cwstore import DatabaseError, Row
 
 __all__ = [
     "CP_KIND",
@@ -508,7 +507,7 @@ class PutPlan:
         return f"{base}@{self.checkpoint_id}", 1, []
 
     def _node(self, kind: str, parents: list[str], payload: Any, key: str, version: int) -> str:
-        from cwstore.identity import compute_id
+        from cwstore import compute_id
 
         parents = sorted(set(parents))
         node_id = compute_id(kind, parents, payload, key)

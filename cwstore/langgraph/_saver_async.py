@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -32,11 +31,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql
-from .._migrate_async import migrate_dsn
-from ..drivers._protocol import AsyncConnection
-from ..errors import ChainConflictError, DatabaseError, UnknownGraphError
-from ..store_async import AsyncStore, connect
+from cwstore import (
+    AsyncConnection,
+    AsyncStore,
+    ChainConflictError,
+    DatabaseError,
+    UnknownGraphError,
+    compute_id,
+    connect,
+    named_queries,
+)
+
 from ._mapping import (
     CP_KIND,
     CheckpointState,
@@ -61,12 +66,7 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["AsyncCwstoreSaver"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
-_ROWS = {
-    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
-    for name in ("checkpoint", "checkpoints")
-}
-"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
+_Q = named_queries("cwstore.langgraph")
 _RETRIES = 8
 _LIST_PAGE = 16
 """Checkpoints read by one query of a listing."""
@@ -175,7 +175,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        await migrate_dsn(self.store.dsn)
+        await self.store.migrate_schema()
 
     # --- reading ------------------------------------------------------------------------
 
@@ -212,26 +212,18 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             graph_id = await self._graph_key(conn, graph)
             if graph_id is None:
                 return []
-            if checkpoint_id is not None:
-                rows = await conn.fetch(
-                    _ROWS["checkpoint"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    checkpoint_key(checkpoint_id),
-                )
-            else:
-                rows = await conn.fetch(
-                    _ROWS["checkpoints"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    CP_KIND,
-                    below,
-                    before,
-                    wanted,
-                    limit,
-                )
+            rows = await conn.fetch(
+                _q("checkpoint_rows"),
+                graph_id,
+                graph,
+                writes_key(""),
+                None if checkpoint_id is None else checkpoint_key(checkpoint_id),
+                CP_KIND,
+                below,
+                before,
+                wanted,
+                limit,
+            )
             if not rows:
                 if not remembered:
                     return []
@@ -406,8 +398,6 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
     async def _append_writes(
         self, graph: str, group: str, checkpoint_id: str, payload: Any
     ) -> None:
-        from cwstore.identity import compute_id
-
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)

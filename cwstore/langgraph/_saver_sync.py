@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -35,11 +34,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql
-from .._migrate_sync import migrate_dsn
-from ..drivers._protocol import Connection
-from ..errors import ChainConflictError, DatabaseError, UnknownGraphError
-from ..store import Store, connect_sync
+from cwstore import (
+    ChainConflictError,
+    Connection,
+    DatabaseError,
+    Store,
+    UnknownGraphError,
+    compute_id,
+    connect_sync,
+    named_queries,
+)
+
 from ._mapping import (
     CP_KIND,
     CheckpointState,
@@ -64,12 +69,7 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["CwstoreSaver"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
-_ROWS = {
-    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
-    for name in ("checkpoint", "checkpoints")
-}
-"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
+_Q = named_queries("cwstore.langgraph")
 _RETRIES = 8
 _LIST_PAGE = 16
 """Checkpoints read by one query of a listing."""
@@ -178,7 +178,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        migrate_dsn(self.store.dsn)
+        self.store.migrate_schema()
 
     # --- reading ------------------------------------------------------------------------
 
@@ -215,26 +215,18 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             graph_id = self._graph_key(conn, graph)
             if graph_id is None:
                 return []
-            if checkpoint_id is not None:
-                rows = conn.fetch(
-                    _ROWS["checkpoint"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    checkpoint_key(checkpoint_id),
-                )
-            else:
-                rows = conn.fetch(
-                    _ROWS["checkpoints"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    CP_KIND,
-                    below,
-                    before,
-                    wanted,
-                    limit,
-                )
+            rows = conn.fetch(
+                _q("checkpoint_rows"),
+                graph_id,
+                graph,
+                writes_key(""),
+                None if checkpoint_id is None else checkpoint_key(checkpoint_id),
+                CP_KIND,
+                below,
+                before,
+                wanted,
+                limit,
+            )
             if not rows:
                 if not remembered:
                     return []
@@ -405,8 +397,6 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         self._append_writes(graph, thread_prefix(thread_id), checkpoint_id, payload)
 
     def _append_writes(self, graph: str, group: str, checkpoint_id: str, payload: Any) -> None:
-        from cwstore.identity import compute_id
-
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
