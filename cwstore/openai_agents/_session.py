@@ -14,7 +14,6 @@ import asyncio
 import random
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
@@ -243,31 +242,44 @@ class CwstoreSession:
         ``exact``).
 
         Raises :class:`~cwstore.LengthConflictError` when the graph moved on meanwhile,
-        also when another writer appended the very same node first (the store returns
-        it as stored, not the one sent): this call then wrote nothing.
+        also when another writer appended the very same node first (``append_v1``
+        returns it as not written by this call): this call then wrote nothing.
         """
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        prepared = cwstore.prepare_append(
+            self._graph,
+            [node],
+            expected_length=state.length if exact else None,
+            retention_group=self._retention_group,
+        )
         try:
-            stored = await self._store.append(
-                self._graph,
-                [{**node, "createdAt": stamp}],
-                expected_length=state.length if exact else None,
-                retention_group=self._retention_group,
-            )
+            rows = await self._send(prepared)
         except cwstore.ConflictError:
             self._known = None
             raise
-        if stored[0].created_at != stamp:
+        except cwstore.ValidationError as exc:
+            raise prepared.renumbered(exc) from exc
+        if not rows[0]["written"]:
             self._known = None
             raise cwstore.LengthConflictError(
                 graph=self._graph,
                 expected_length=state.length,
-                actual_length=stored[0].sequence,
+                actual_length=int(rows[0]["seq"]),
             )
+        node_id: str = rows[0]["id"]
         if exact:
-            self._known = state.after(stored[0].id, clear=clear)
+            self._known = state.after(node_id, clear=clear)
         else:
             self._known = None
+
+    async def _send(self, prepared: cwstore.PreparedAppend) -> list[cwstore.Row]:
+        """``append_v1`` with ``prepared``'s arguments: one statement (and the retention
+        group's setting before it, in one transaction, when there is one)."""
+        if prepared.retention_group is None:
+            async with self._store.connection() as conn:
+                return list(await conn.fetch(_Q["append"], *prepared.args))
+        async with self._store.transaction() as conn:
+            await conn.execute(_Q["set_retention_group"], prepared.retention_group)
+            return list(await conn.fetch(_Q["append"], *prepared.args))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` (in order) as one node: all of them or, on an error, none.

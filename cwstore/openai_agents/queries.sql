@@ -46,3 +46,13 @@ SELECT 1, NULL, NULL, NULL, NULL, n.seq, n.id, n.payload_text
          ORDER BY n.seq DESC
          LIMIT $4::bigint) n ON true
  ORDER BY part, seq DESC
+
+-- name: append
+-- Append a prepared batch (cwstore.prepare_append's args): the nodes as stored, with
+-- whether this call wrote each (false: the graph held it already).
+SELECT seq, id, created_at, written, payload_text
+  FROM cwstore.append_v1($1::text, $2::json, $3::bigint, $4::json, $5::bigint)
+
+-- name: set_retention_group
+-- The retention group a graph created by this transaction joins.
+SELECT pg_catalog.set_config('cwstore.retention_group', $1::text, true)
