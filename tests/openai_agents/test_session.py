@@ -51,7 +51,7 @@ async def test_direct_operations(store: cwstore.AsyncStore) -> None:
     assert await session.get_items() == []
     assert await session.pop_item() is None
     await session.clear_session()
-    assert await store.length(session.graph) == 0 if await _exists(store, session) else True
+    assert not await _exists(store, session)
     items = [_user("Hello"), _assistant("Hi there!")]
     await session.add_items(items)
     assert await session.get_items() == items
@@ -60,8 +60,11 @@ async def test_direct_operations(store: cwstore.AsyncStore) -> None:
     await session.clear_session()
     assert await session.get_items() == []
     assert await session.pop_item() is None
+    length = await store.length(session.graph)
+    await session.clear_session()
     await session.add_items([])
     assert await session.get_items() == []
+    assert await store.length(session.graph) == length
 
 
 async def _exists(store: cwstore.AsyncStore, session: CwstoreSession) -> bool:
