@@ -752,11 +752,15 @@ BEGIN
   RETURN v_len;
 END $$;
 
--- _batch_fields(nodes): append_v1's batch (a JSON array) read once, each node's fields as arrays in the
--- batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in them
--- kept). Every node is checked for its JSON types, for what the table's constraints
--- would refuse and for _node_problem, so every client gets a CW400 with the safeguard
--- code, the node's position and the path.
+-- _batch_fields(nodes): append_v1's batch (a JSON array), each node's fields as arrays in
+-- the batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in
+-- them kept). Every node is checked first for its JSON types, for what the table's
+-- constraints would refuse and for _node_problem, so every client gets a CW400 with the
+-- safeguard code, the node's position and the path; that pass keeps nothing of a node
+-- but its problem. The fields of a batch that passed are then read in one parse of the
+-- array (json_to_recordset: its rows come in the array's order), each payload copied
+-- once into its array: a 4 MiB payload is not held several times over (sorts, per-field
+-- extractions), so an append costs about what an import costs in backend memory.
 CREATE FUNCTION cwstore._batch_fields(p_nodes json, OUT b_ids text[], OUT b_kinds text[],
                                       OUT b_parents text[], OUT b_payloads text[],
                                       OUT b_created text[], OUT b_keys text[])
@@ -776,14 +780,12 @@ BEGIN
     v_hidden := true;
     p_nodes := cwstore._nul_hide(p_nodes::text)::json;
   END IF;
-  SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
-         array_agg(f.parents::text ORDER BY f.o),
-         array_agg(f.payload ORDER BY f.o),
-         array_agg(f."createdAt" #>> '{}' ORDER BY f.o),
-         array_agg(f."resourceKey" #>> '{}' ORDER BY f.o),
+  SELECT coalesce(array_agg(f.id #>> '{}'), '{}'), array_agg(f.kind #>> '{}'),
+         array_agg(f.parents::text), array_agg(f.payload), array_agg(f."createdAt" #>> '{}'),
+         array_agg(f."resourceKey" #>> '{}'),
          min(f.o) FILTER (WHERE f.problem IS NOT NULL),
-         (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
-         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
+         (array_agg(f.problem) FILTER (WHERE f.problem IS NOT NULL))[1],
+         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END)
             FILTER (WHERE f.problem IS NOT NULL))[1]
     INTO b_ids, b_kinds, b_parents, b_payloads, b_created, b_keys, v_bad, v_problem, v_bad_id
     FROM (SELECT c.*,
@@ -791,15 +793,15 @@ BEGIN
                           cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
                                                 c."resourceKey" #>> '{}')) AS problem
             FROM (SELECT a.o, r.id, r.kind, r.parents, r."createdAt", r."resourceKey",
-                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload::text)
-                              ELSE r.payload::text END AS payload,
+                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload)
+                              ELSE r.payload END AS payload,
                  CASE
                    WHEN json_typeof(a.e) <> 'object' THEN 'shape|$|node must be a JSON object'
-                   WHEN (SELECT count(*) <> count(DISTINCT k) FROM json_object_keys(a.e) k)
+                   WHEN r.fields <> r.names
                      THEN 'shape|$|node repeats a member name (JSON.parse would keep only the last)'
                    WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
                      THEN 'shape|$.id|id must be a string'
-                   WHEN r.kind IS NULL AND json_typeof(a.e -> 'kind') IS NULL
+                   WHEN NOT r.has_kind
                      THEN 'shape|$|node is missing field kind'
                    WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
                      THEN 'kind|$.kind|kind must be one of the ten kinds (a string)'
@@ -810,9 +812,7 @@ BEGIN
                      THEN 'shape|$.createdAt|createdAt must be a string'
                    WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
                      THEN 'shape|$.resourceKey|resourceKey must be a string when present'
-                   WHEN EXISTS (SELECT 1 FROM json_object_keys(a.e) k
-                                 WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
-                                                 'sequence', 'resourceKey'))
+                   WHEN r.unknown
                      THEN 'shape|$|unknown node field'
                    WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
                                  WHERE json_typeof(pe) <> 'string')
@@ -829,15 +829,24 @@ BEGIN
                      THEN 'shape|$.resourceKey|resourceKey must not be empty'
                  END AS problem0
             FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-            CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
-                                                ELSE '{}' END)
-                 AS r(id json, kind json, parents json, payload json, "createdAt" json,
-                      "resourceKey" json)) c
+            CROSS JOIN LATERAL (
+                   SELECT count(*) AS fields, count(DISTINCT m.k) AS names,
+                          coalesce(bool_or(m.k = 'kind'), false) AS has_kind,
+                          coalesce(bool_or(m.k NOT IN ('id', 'kind', 'parents', 'payload',
+                                                       'createdAt', 'sequence', 'resourceKey')),
+                                   false) AS unknown,
+                          min(m.v::text) FILTER (WHERE m.k = 'id' AND json_typeof(m.v) <> 'null')::json AS id,
+                          min(m.v::text) FILTER (WHERE m.k = 'kind' AND json_typeof(m.v) <> 'null')::json AS kind,
+                          min(m.v::text) FILTER (WHERE m.k = 'parents' AND json_typeof(m.v) <> 'null')::json AS parents,
+                          min(m.v::text) FILTER (WHERE m.k = 'payload' AND json_typeof(m.v) <> 'null') AS payload,
+                          min(m.v::text) FILTER (WHERE m.k = 'createdAt' AND json_typeof(m.v) <> 'null')::json AS "createdAt",
+                          min(m.v::text) FILTER (WHERE m.k = 'resourceKey' AND json_typeof(m.v) <> 'null')::json AS "resourceKey"
+                     FROM json_each(CASE json_typeof(a.e) WHEN 'object' THEN a.e ELSE '{}' END)
+                          AS m(k, v)) r) c
           OFFSET 0) f;  -- a fence: each node's problem is computed once
   IF v_bad IS NOT NULL THEN
     PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
   END IF;
-  b_ids := coalesce(b_ids, '{}');
 END $$;
 
 -- _refuse_repeated(ids, kinds, parents, payloads, keys): one id, one content: CW400
