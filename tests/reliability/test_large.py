@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psycopg
 import pytest
 from support.reliability import CLIENTS, T0, Client, assert_graph, chain, document
 
@@ -37,6 +38,11 @@ BIG_NODES = 200_000
 # text, the COPY text: about 3.5 copies of 38 MB).
 IMPORT_FROM_OBJECTS_BOUND = 2.0
 IMPORT_FROM_TEXT_BOUND = 16.0
+# Peak private memory growth of the server's backend during one append_v1 of one node at
+# the payload limit, as a multiple of the payload, by payload shape (PostgreSQL 15,
+# benchmarks/RESULTS.md): 200,000 objects {"a":1} took 27x before 0010_append_memory and
+# 16x after; one long string 16x before, 9x after.
+APPEND_BACKEND_BOUNDS = {"small_objects": 20.0, "one_string": 12.0}
 
 
 # --- memory --------------------------------------------------------------------------------
@@ -164,6 +170,68 @@ async def test_a_payload_past_the_limit_is_refused_by_import_and_append(
         await store.close()
     assert [v.code for v in imported.value.violations] == ["too_large"]
     assert [(v.code, v.path) for v in appended.value.violations] == [("too_large", "$[0].payload")]
+
+
+def _backend_status(pid: int) -> dict[str, int] | None:
+    """VmHWM and RssShmem (bytes) of a server process on this machine, or None."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "RssShmem"):
+            out[key] = int(value.split()[0]) * 1024
+    return out if len(out) == 2 else None
+
+
+def _limit_payload(shape: str) -> Any:
+    if shape == "one_string":
+        return {"s": "z" * (MAX_PAYLOAD_BYTES - 16)}
+    return [{"a": 1}] * ((MAX_PAYLOAD_BYTES - 64) // len('{"a":1},'))
+
+
+@pytest.mark.parametrize("shape", sorted(APPEND_BACKEND_BOUNDS))
+def test_an_append_at_the_payload_limit_holds_its_payload_a_few_times(
+    db_dsn: str, shape: str
+) -> None:
+    """The backend's peak private memory (VmHWM growth less the shared pages it touched)
+    during one append_v1 of one node at the 4 MiB limit, called as any client calls it,
+    stays within a small multiple of the payload. Skipped where the server's processes
+    cannot be read (another machine)."""
+    payload = _limit_payload(shape)
+    text = jsontext.dumps(payload)
+    assert MAX_PAYLOAD_BYTES - 100 < len(text.encode()) <= MAX_PAYLOAD_BYTES
+
+    def batch(payload_text: str, tag: str) -> str:
+        node_id = compute_id("tool_result", [], jsontext.loads(payload_text))
+        return (
+            f'[{{"id":"{node_id}","kind":"tool_result","parents":[],'
+            f'"payload":{payload_text},"createdAt":"{T0}"}}]'
+        )
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        warm = f"append-memory-warm-{uuid.uuid4().hex[:8]}"
+        conn.execute(
+            "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (warm, batch('{"a":1}', warm))
+        )
+        before = _backend_status(pid)
+        if before is None:
+            pytest.skip("the server's processes are not readable from here")
+        graph = f"append-memory-{uuid.uuid4().hex[:8]}"
+        row = conn.execute(
+            "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (graph, batch(text, graph))
+        ).fetchone()
+        after = _backend_status(pid)
+    assert row == (1,) and after is not None
+    growth = (after["VmHWM"] - before["VmHWM"]) - (after["RssShmem"] - before["RssShmem"])
+    bound = APPEND_BACKEND_BOUNDS[shape]
+    assert growth < bound * len(text.encode()), (
+        f"one append of a {len(text.encode()):,}-byte payload ({shape}) grew the backend by "
+        f"{growth:,} bytes, {growth / len(text.encode()):.1f}x (bound {bound}x)"
+    )
 
 
 # --- 200,000 nodes -----------------------------------------------------------------------
