@@ -5,15 +5,15 @@
 -- backend by 108 MB (27 times the payload, 200,000 objects {"a":1}), where cwstore
 -- import takes 6 times. PostgreSQL's JSON functions keep a small allocation for every
 -- name and scalar they read until the row is done, and _batch_fields read each node
--- five times (json_to_record, json_object_keys twice, ->, the payload cast), kept the
--- payload through sorts (array_agg ... ORDER BY) and returned it inside a record.
+-- up to five times in one row (json_to_record, json_object_keys twice, ->, the payload
+-- cast) and kept the payload through sorts (array_agg ... ORDER BY).
 --
 --   * _batch_fields reads each node's members once (json_each), in the batch's order
 --     without a sort; the checks and refusals are the same.
 --   * _nodes_inserted reads the columns it needs of the new rows (not the payload).
 --
--- The same batches are accepted and refused (with the same code, index and path). The definitions below are those of
--- cwstore/sql/schema/, where they are documented.
+-- The same batches are accepted and refused (with the same code, index and path). The
+-- definitions below are those of cwstore/sql/schema/, where they are documented.
 --
 -- Safe with live writers: yes; functions only, replaced between transactions.
 

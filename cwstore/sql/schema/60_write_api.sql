@@ -754,13 +754,13 @@ END $$;
 
 -- _batch_fields(nodes): append_v1's batch (a JSON array), each node's fields as arrays in
 -- the batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in
--- them kept). Every node is checked first for its JSON types, for what the table's
+-- them kept). Every node is checked for its JSON types, for what the table's
 -- constraints would refuse and for _node_problem, so every client gets a CW400 with the
--- safeguard code, the node's position and the path; that pass keeps nothing of a node
--- but its problem. The fields of a batch that passed are then read in one parse of the
--- array (json_to_recordset: its rows come in the array's order), each payload copied
--- once into its array: a 4 MiB payload is not held several times over (sorts, per-field
--- extractions), so an append costs about what an import costs in backend memory.
+-- safeguard code, the node's position and the path (the first node with a problem).
+-- Each node's members are read once (json_each): PostgreSQL's JSON functions keep an
+-- allocation for every name and scalar they read until the row is done, so each more
+-- reading of a 4 MiB payload of small values would cost tens of MB. The rows come in
+-- the array's order, aggregated without a sort (a sort would hold every payload again).
 CREATE FUNCTION cwstore._batch_fields(p_nodes json, OUT b_ids text[], OUT b_kinds text[],
                                       OUT b_parents text[], OUT b_payloads text[],
                                       OUT b_created text[], OUT b_keys text[])
