@@ -553,16 +553,16 @@ BEGIN
   v_bad := array_position(p_payloads, NULL);
   IF v_bad IS NULL THEN
     BEGIN
-      v_all := ('[' || array_to_string(p_payloads, ',') || ']')::json;
-      v_hidden := strpos(v_all::text, '\u0000') > 0;
-      IF v_hidden THEN
-        v_all := cwstore._nul_hide(v_all::text)::json;
-      END IF;
-      SELECT min(coalesce(p.o, e.o)) INTO v_bad
-        FROM json_array_elements(v_all) WITH ORDINALITY AS e(v, o)
-        FULL JOIN unnest(p_payloads) WITH ORDINALITY AS p(t, o) ON p.o = e.o
-       WHERE e.o IS NULL OR p.o IS NULL
-          OR (CASE WHEN v_hidden THEN cwstore._nul_show(e.v::text) ELSE e.v::text END) <> p.t;
+      v_hidden := EXISTS (SELECT 1 FROM unnest(p_payloads) AS p(t) WHERE strpos(p.t, '\u0000') > 0);
+      v_all := (CASE WHEN v_hidden THEN cwstore._nul_hide('[' || array_to_string(p_payloads, ',') || ']')
+                     ELSE '[' || array_to_string(p_payloads, ',') || ']' END)::json;
+      -- Element and payload side by side (ROWS FROM pads the shorter with NULLs): no
+      -- join, so no sort or hash holds the payloads again.
+      SELECT min(x.o) INTO v_bad
+        FROM ROWS FROM (json_array_elements(v_all), unnest(p_payloads)) WITH ORDINALITY AS x(v, t, o)
+       WHERE x.v IS NULL OR x.t IS NULL
+          OR (CASE WHEN v_hidden THEN cwstore._nul_show(x.v::text) ELSE x.v::text END) <> x.t;
+      v_all := NULL;  -- not held while the payloads are checked and inserted
     EXCEPTION WHEN invalid_text_representation THEN
       v_bad := 0;
     END;
@@ -1002,7 +1002,6 @@ DECLARE
   v_new bigint;
   v_heads text[];
   v_life record;
-  v_batch record;
   v_ids text[];
   v_kinds text[];
   v_parents text[];
@@ -1039,13 +1038,9 @@ BEGIN
                                   coalesce(v_len, 0));
   END IF;
 
-  v_batch := cwstore._batch_fields(p_nodes);
-  v_ids := v_batch.b_ids;
-  v_kinds := v_batch.b_kinds;
-  v_parents := v_batch.b_parents;
-  v_payloads := v_batch.b_payloads;
-  v_created := v_batch.b_created;
-  v_keys := v_batch.b_keys;
+  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys
+    FROM cwstore._batch_fields(p_nodes) f;
   IF cardinality(v_ids) > 1 THEN
     PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
   END IF;
