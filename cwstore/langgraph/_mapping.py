@@ -427,6 +427,39 @@ def fold_writes(batches: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
     return sorted(found.values(), key=lambda w: (w[0], w[1], w[3]))
 
 
+def writes_node(
+    checkpoint_id: str, payload: Any, heads: Heads
+) -> tuple[dict[str, Any], tuple[str, int]]:
+    """The node of one :meth:`put_writes` call for the checkpoint ``checkpoint_id`` and
+    the new head of its key: its parents are the key's head and the checkpoint's node
+    (when ``heads`` names them)."""
+    from cwstore.identity import compute_id
+
+    key = writes_key(checkpoint_id)
+    head, cp_head = heads.get(key), heads.get(checkpoint_key(checkpoint_id))
+    parents = sorted({h[0] for h in (head, cp_head) if h is not None})
+    node_id = compute_id("resource", parents, payload, key)
+    node = {
+        "id": node_id,
+        "kind": "resource",
+        "parents": parents,
+        "payload": payload,
+        "resourceKey": key,
+    }
+    return node, (node_id, head[1] + 1 if head else 1)
+
+
+DELTA_METADATA = ("counters_since_delta_snapshot", "delta_writes_versioned")
+"""Metadata keys a thread using a ``DeltaChannel`` leaves in its checkpoints."""
+
+
+def uses_delta_channel(metadata: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint's metadata shows its thread uses a ``DeltaChannel`` (whose
+    value is rebuilt from older checkpoints' writes, so ``keep_latest`` cannot prune
+    it), as LangGraph's PostgreSQL saver decides."""
+    return any(k in metadata for k in DELTA_METADATA)
+
+
 def dumps(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 

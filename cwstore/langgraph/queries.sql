@@ -110,9 +110,11 @@ SELECT n.seq, n.id, n.payload_text
  LIMIT $8
 
 -- name: graph
--- The graph_id of the graph named $1, no row when there is none (or none the caller may
--- see): the key every other query of a graph is given.
-SELECT graph_id FROM cwstore.find_graph($1)
+-- The graph_id of the graph named $1 (NULL when there is none, or none the caller may
+-- see): the key every other query of a graph is given; and whether the graph named $2
+-- (its staged rewrite, left by a prune that stopped half-way) exists.
+SELECT (SELECT graph_id FROM cwstore.find_graph($1)) AS graph_id,
+       EXISTS (SELECT 1 FROM cwstore.find_graph($2)) AS staged
 
 -- name: heads
 -- The heads (node id, version) of keys $3 in graph $1 (graph_id) named $2 (none when the
@@ -142,3 +144,36 @@ SELECT DISTINCT g.name
   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
  WHERE starts_with(g.name, 'langgraph:')
    AND cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' ->> 'run_id' = ANY($1::text[])
+
+-- name: thread_lengths
+-- The graphs of the LangGraph threads whose root graphs are named $1 (an array): each
+-- root graph and its subgraphs' (named root || ':' || namespace), with their lengths;
+-- and their staged rewrites (named $2 || graph).
+SELECT g.name, g.length
+  FROM unnest($1::text[]) t(root)
+  JOIN cwstore.graphs g ON g.name = t.root OR starts_with(g.name, t.root || ':')
+                        OR g.name = $2 || t.root OR starts_with(g.name, $2 || t.root || ':')
+ ORDER BY g.name
+
+-- name: thread_metadata
+-- The metadata (as stored, JSON text) of every checkpoint (nodes of kind $2) of the
+-- LangGraph threads whose root graphs are named $1 (an array), every namespace's.
+SELECT g.name, (cwstore.payload_jsonb(n.payload_text) -> 'metadata')::text AS metadata
+  FROM unnest($1::text[]) t(root)
+  JOIN cwstore.graphs g ON g.name = t.root OR starts_with(g.name, t.root || ':')
+  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
+  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+
+-- name: erase_graph
+-- Erase graph $1 (reason $2) inside the caller's transaction (cwstore.erase_graph_v1);
+-- the number of nodes it held.
+SELECT cwstore.erase_graph_v1($1, $2)
+
+-- name: set_retention_group
+-- The retention group ($1) of the graphs the caller's transaction creates.
+SELECT pg_catalog.set_config('cwstore.retention_group', $1, true)
+
+-- name: append
+-- Append batch $2 (JSON array of nodes) to graph $1 inside the caller's transaction,
+-- with the frontier $3 (JSON array, NULL: the fold) after it (cwstore.append_v1).
+SELECT seq FROM cwstore.append_v1($1, $2::json, NULL, $3::json, NULL)
