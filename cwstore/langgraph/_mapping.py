@@ -56,6 +56,7 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..drivers._protocol import Row
 from ..errors import DatabaseError
@@ -138,10 +139,18 @@ def _no_surrogates(text: str) -> bool:
     return True
 
 
+def stores_json(serde: SerializerProtocol) -> bool:
+    """Whether values JSON holds exactly are stored as plain JSON (readable by SQL):
+    only with LangGraph's ``JsonPlusSerializer`` (the default). Any other serializer,
+    an ``EncryptedSerializer`` above all, is given every value."""
+    return isinstance(serde, JsonPlusSerializer)
+
+
 def encode_value(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
-    """A value as payload members: ``{"json": v}`` when JSON holds it exactly, else
-    ``{"serde": type, "b64": data}`` (the serializer's typed bytes)."""
-    if is_plain_json(value):
+    """A value as payload members: ``{"json": v}`` when JSON holds it exactly and the
+    serializer allows it (:func:`stores_json`), else ``{"serde": type, "b64": data}``
+    (the serializer's typed bytes)."""
+    if is_plain_json(value) and stores_json(serde):
         return {"json": value}
     kind, data = serde.dumps_typed(value)
     return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}
@@ -180,6 +189,8 @@ def message_payload(
 ) -> dict[str, Any]:
     """A message's node payload: LangChain's own dict of it (readable JSON) when that
     round-trips exactly, else the serializer's bytes."""
+    if not stores_json(serde):
+        return {"channel": channel, **encode_value(serde, message)}
     as_dict = message_to_dict(message)
     if is_plain_json(as_dict):
         try:
@@ -447,6 +458,37 @@ def writes_node(
         "resourceKey": key,
     }
     return node, (node_id, head[1] + 1 if head else 1)
+
+
+def contains(doc: Any, pattern: Any) -> bool:
+    """Whether ``doc`` contains ``pattern`` as PostgreSQL's ``jsonb @>`` decides it for
+    their JSON (LangGraph's PostgreSQL saver filters metadata so): an object contains
+    the members of another it contains, an array every element another's element
+    contains (a tuple is an array), a scalar one equal to it (numbers by value, ``True``
+    not ``1``); at the top, an array also contains a scalar it holds."""
+    return _contains(doc, pattern, top=True)
+
+
+def _contains(doc: Any, pattern: Any, *, top: bool = False) -> bool:
+    if isinstance(pattern, dict):
+        return isinstance(doc, dict) and all(
+            k in doc and _contains(doc[k], v) for k, v in pattern.items()
+        )
+    if isinstance(pattern, list | tuple):
+        return isinstance(doc, list | tuple) and all(
+            any(_contains(d, p) for d in doc) for p in pattern
+        )
+    if isinstance(doc, list | tuple):
+        return top and any(
+            _contains(d, pattern) for d in doc if not isinstance(d, list | tuple | dict)
+        )
+    if isinstance(doc, dict):
+        return False
+    if isinstance(pattern, bool) or isinstance(doc, bool):
+        return type(doc) is type(pattern) and doc == pattern
+    if isinstance(pattern, int | float) and isinstance(doc, int | float):
+        return doc == pattern
+    return type(doc) is type(pattern) and bool(doc == pattern)
 
 
 DELTA_METADATA = ("counters_since_delta_snapshot", "delta_writes_versioned")

@@ -35,7 +35,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import _sql
 from .._migrate_async import migrate_dsn
 from .._store_base import prepare_batch
-from ..drivers._protocol import AsyncConnection
+from ..drivers._protocol import AsyncConnection, Row
 from ..errors import ChainConflictError, DatabaseError, InputError, UnknownGraphError
 from ..store_async import AsyncStore, connect
 from ._mapping import (
@@ -46,6 +46,7 @@ from ._mapping import (
     PutPlan,
     Stored,
     checkpoint_key,
+    contains,
     decode_value,
     encode_value,
     fold_writes,
@@ -295,42 +296,90 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """The checkpoints of a thread's namespace (of every thread when ``config`` is
-        ``None``), newest first, whose metadata holds ``filter``, before the checkpoint
-        ``before`` names, at most ``limit``."""
+        """The checkpoints of a thread, as LangGraph's PostgreSQL saver lists them:
+        of the namespace ``checkpoint_ns`` names, or of every namespace of the thread
+        when the config has no ``checkpoint_ns`` (merged newest first by checkpoint
+        id), only the one its ``checkpoint_id`` names if it names one; whose metadata
+        contains ``filter`` (as ``jsonb @>`` decides), before the checkpoint ``before``
+        names, at most ``limit``. With ``config=None``, every thread's, one namespace
+        after another (each newest first), not merged across threads."""
         before_id = None if before is None else get_checkpoint_id(before)
-        wanted = None if not filter else json.dumps(filter)
+        if limit is not None and limit <= 0:
+            return
         async with self.store.connection() as conn:
             if config is None:
-                targets = [_split(str(r["name"])) for r in await conn.fetch(_q("all_graphs"))]
+                rows = await conn.fetch(_q("all_graphs"), _STAGED)
+                for thread_id, ns in _graphs_of(rows):
+                    async for item in self._list_graph(
+                        conn, thread_id, ns, None, before_id, filter
+                    ):
+                        yield item
+                        if limit is not None:
+                            limit -= 1
+                            if limit <= 0:
+                                return
+                return
+            thread_id, ns, checkpoint_id = _ids(config)
+            if "checkpoint_ns" in config["configurable"]:
+                namespaces = [ns]
             else:
-                thread_id, ns, _ = _ids(config)
-                targets = [(thread_id, ns)]
-            for thread_id, ns in targets:
-                graph = graph_name(thread_id, ns)
-                # A page of checkpoints at a time: a listing holds at most a page of
-                # them (every message of each) however long the thread.
-                below = None
-                while limit is None or limit > 0:
-                    page = _LIST_PAGE if limit is None else min(limit, _LIST_PAGE)
-                    found = await self._checkpoints(
-                        conn,
-                        graph,
-                        None,
-                        before=before_id,
-                        wanted=wanted,
-                        limit=page,
-                        below=below,
-                    )
-                    for loaded in found:
-                        yield _tuple(self.serde, thread_id, ns, loaded)
-                    if limit is not None:
-                        limit -= len(found)
-                    if len(found) < page:
-                        break
-                    below = found[-1].seq
-                if limit is not None and limit <= 0:
-                    return
+                rows = await conn.fetch(_q("thread_lengths"), [thread_prefix(thread_id)], _STAGED)
+                namespaces = [ns for _, ns in _graphs_of(rows)]
+            heads: list[tuple[CheckpointTuple, AsyncIterator[CheckpointTuple]]] = []
+            for ns in namespaces:
+                it = self._list_graph(conn, thread_id, ns, checkpoint_id, before_id, filter)
+                first = await anext(it, None)
+                if first is not None:
+                    heads.append((first, it))
+            while heads:
+                at = max(range(len(heads)), key=lambda i: heads[i][0].checkpoint["id"])
+                item, it = heads[at]
+                yield item
+                if limit is not None:
+                    limit -= 1
+                    if limit <= 0:
+                        return
+                following = await anext(it, None)
+                if following is None:
+                    del heads[at]
+                else:
+                    heads[at] = (following, it)
+
+    async def _list_graph(
+        self,
+        conn: AsyncConnection,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        before_id: str | None,
+        filter: dict[str, Any] | None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """The checkpoints of one namespace for :meth:`alist`, newest first: a page of
+        them read at a time (a listing holds at most a page, every message of each,
+        however long the thread)."""
+        graph = graph_name(thread_id, ns)
+        wanted = None if not filter else json.dumps(filter)
+        below = None
+        while True:
+            found = await self._checkpoints(
+                conn,
+                graph,
+                checkpoint_id,
+                before=before_id,
+                wanted=wanted,
+                limit=_LIST_PAGE,
+                below=below,
+            )
+            for loaded in found:
+                item = _tuple(self.serde, thread_id, ns, loaded)
+                if before_id is not None and item.checkpoint["id"] >= before_id:
+                    continue
+                if filter and not contains(item.metadata, filter):
+                    continue
+                yield item
+            if checkpoint_id is not None or len(found) < _LIST_PAGE:
+                return
+            below = found[-1].seq
 
     # --- writing ------------------------------------------------------------------------
 
@@ -754,6 +803,13 @@ def _only(unknown: Sequence[str], key: str) -> bool:
     saver stored): the first attempt assumes it has none and does not ask (a wrong guess
     is a chain conflict, and the retry asks)."""
     return list(unknown) == [key]
+
+
+def _graphs_of(rows: Sequence[Row]) -> list[tuple[str, str]]:
+    """The (thread id, namespace) of each graph named in the rows (column ``name``), a
+    staged rewrite's as its graph's (reading the graph finishes it), in order, once."""
+    names = dict.fromkeys(str(r["name"]).removeprefix(_STAGED) for r in rows)
+    return [_split(name) for name in names]
 
 
 def _split(graph: str) -> tuple[str, str]:

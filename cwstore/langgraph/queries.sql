@@ -96,7 +96,8 @@ SELECT n.seq, n.id, n.payload_text
 -- name: checkpoints
 -- The newest checkpoints (nodes of kind $4) of graph $1 (graph_id) stored before
 -- sequence $5 (NULL: all) and before checkpoint id $6 (NULL: all) whose metadata
--- contains $7 (jsonb, NULL: any), at most $8 (NULL: all), for checkpoint_rows.
+-- contains $7 (jsonb, NULL: any) or is not stored as JSON (the serializer's bytes: the
+-- reader decides), at most $8 (NULL: all), for checkpoint_rows.
 SELECT n.seq, n.id, n.payload_text
   FROM cwstore.kind_counts k
   JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = k.seq
@@ -105,6 +106,7 @@ SELECT n.seq, n.id, n.payload_text
    AND ($6::text IS NULL
         OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $6::text)
    AND ($7::jsonb IS NULL
+        OR NOT (cwstore.payload_jsonb(n.payload_text) -> 'metadata') ? 'json'
         OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $7::jsonb)
  ORDER BY k.seq DESC
  LIMIT $8
@@ -132,18 +134,23 @@ SELECT name FROM cwstore.graphs
  ORDER BY name
 
 -- name: all_graphs
--- Every LangGraph graph this role may read.
-SELECT name FROM cwstore.graphs WHERE starts_with(name, 'langgraph:') ORDER BY name
+-- Every LangGraph graph this role may read, and every staged rewrite (named $1 ||
+-- graph), ordered by the graph's name.
+SELECT name FROM cwstore.graphs
+ WHERE starts_with(name, 'langgraph:') OR starts_with(name, $1 || 'langgraph:')
+ ORDER BY replace(name, $1, '')
 
 -- name: run_graphs
--- The LangGraph graphs holding a checkpoint whose metadata run_id is one of $1, with
--- the kind $2 of checkpoint nodes.
+-- The LangGraph graphs holding a checkpoint whose metadata run_id is one of $1, or
+-- whose metadata is not stored as JSON (the serializer's bytes: the reader decides),
+-- with the kind $2 of checkpoint nodes.
 SELECT DISTINCT g.name
   FROM cwstore.graphs g
   JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+ CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(n.payload_text) -> 'metadata' AS md) m
  WHERE starts_with(g.name, 'langgraph:')
-   AND cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' ->> 'run_id' = ANY($1::text[])
+   AND (m.md -> 'json' ->> 'run_id' = ANY($1::text[]) OR NOT m.md ? 'json')
 
 -- name: thread_lengths
 -- The graphs of the LangGraph threads whose root graphs are named $1 (an array): each
