@@ -36,7 +36,13 @@ from .. import _sql
 from .._migrate_async import migrate_dsn
 from .._store_base import prepare_batch
 from ..drivers._protocol import AsyncConnection, Row
-from ..errors import ChainConflictError, DatabaseError, InputError, UnknownGraphError
+from ..errors import (
+    ChainConflictError,
+    DatabaseError,
+    InputError,
+    UnknownGraphError,
+    ValidationError,
+)
 from ..store_async import AsyncStore, connect
 from ._mapping import (
     CP_KIND,
@@ -429,6 +435,11 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
+            except ValidationError as exc:
+                if not _stale(exc):
+                    raise
+                self._memo.forget(graph)
+                continue
             memo.wrote(checkpoint["id"], plan.state, plan.written)
             self._memo.keep_messages(graph, message_makers(self.serde, plan.nodes))
             break
@@ -478,6 +489,11 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             try:
                 await self.store.append(graph, [node], retention_group=_group_if_new(memo, group))
             except (ChainConflictError, UnknownGraphError):
+                self._memo.forget(graph)
+                continue
+            except ValidationError as exc:
+                if not _stale(exc):
+                    raise
                 self._memo.forget(graph)
                 continue
             memo.heads[key] = head
@@ -795,6 +811,13 @@ def rewrite_batches(
             heads[writes_key(checkpoint["id"])] = head
             out.append(([node], None))
     return out
+
+
+def _stale(exc: ValidationError) -> bool:
+    """Whether an append was refused for parents that are gone: the saver remembered
+    nodes of a graph erased since (another saver deleted or pruned the thread), so it
+    forgets the graph and plans again from what is stored."""
+    return "missing_parent" in exc.codes
 
 
 def _only(unknown: Sequence[str], key: str) -> bool:

@@ -39,7 +39,13 @@ from .. import _sql
 from .._migrate_sync import migrate_dsn
 from .._store_base import prepare_batch
 from ..drivers._protocol import Connection, Row
-from ..errors import ChainConflictError, DatabaseError, InputError, UnknownGraphError
+from ..errors import (
+    ChainConflictError,
+    DatabaseError,
+    InputError,
+    UnknownGraphError,
+    ValidationError,
+)
 from ..store import Store, connect_sync
 from ._mapping import (
     CP_KIND,
@@ -428,6 +434,11 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
+            except ValidationError as exc:
+                if not _stale(exc):
+                    raise
+                self._memo.forget(graph)
+                continue
             memo.wrote(checkpoint["id"], plan.state, plan.written)
             self._memo.keep_messages(graph, message_makers(self.serde, plan.nodes))
             break
@@ -475,6 +486,11 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             try:
                 self.store.append(graph, [node], retention_group=_group_if_new(memo, group))
             except (ChainConflictError, UnknownGraphError):
+                self._memo.forget(graph)
+                continue
+            except ValidationError as exc:
+                if not _stale(exc):
+                    raise
                 self._memo.forget(graph)
                 continue
             memo.heads[key] = head
@@ -786,6 +802,13 @@ def rewrite_batches(
             heads[writes_key(checkpoint["id"])] = head
             out.append(([node], None))
     return out
+
+
+def _stale(exc: ValidationError) -> bool:
+    """Whether an append was refused for parents that are gone: the saver remembered
+    nodes of a graph erased since (another saver deleted or pruned the thread), so it
+    forgets the graph and plans again from what is stored."""
+    return "missing_parent" in exc.codes
 
 
 def _only(unknown: Sequence[str], key: str) -> bool:
