@@ -280,6 +280,12 @@ def message_from_payload(serde: SerializerProtocol, payload: Mapping[str, Any]) 
     return decode_value(serde, payload)
 
 
+def message_bytes(text: str) -> int:
+    """About how much memory a message whose node payload is ``text`` takes, parsed or
+    as an object, in bytes."""
+    return 3 * len(text) + 200
+
+
 def _copy(value: Any) -> Any:
     """A copy of a JSON value, its dicts and lists new all the way down."""
     if type(value) is dict:
@@ -305,7 +311,7 @@ class MessageMaker:
         self._plain: _Plain | None = None
         self._data: dict[str, Any] = {}
         self._nested: tuple[str, ...] = ()
-        self.size = 3 * len(text) + 200
+        self.size = message_bytes(text)
 
     def _keep(self, payload: dict[str, Any]) -> None:
         message = payload.get("message")
@@ -373,6 +379,8 @@ class MessageList:
     messages: list[Any]
     refs: list[Ref]
     _segments: list[Segment] | None = field(default=None, repr=False, compare=False)
+    size: int = field(default=0, compare=False)
+    """About how much memory the messages take, in bytes (see :func:`message_bytes`)."""
 
     def segments(self) -> list[Segment]:
         """The segments, computed once."""
@@ -380,14 +388,20 @@ class MessageList:
             self._segments = _extend_segments([], self.refs)
         return self._segments
 
-    def followed_by(self, messages: list[Any], keep: int, refs: Sequence[Ref]) -> MessageList:
+    def followed_by(
+        self, messages: list[Any], keep: int, refs: Sequence[Ref], added: int
+    ) -> MessageList:
         """The list ``messages``: this list's first ``keep`` messages, then those of
-        ``refs``. When it keeps all of this list, its segments extend this list's, so a
-        put that adds a message costs the same at any length."""
+        ``refs`` (taking about ``added`` bytes). When it keeps all of this list, its
+        segments extend this list's, so a put that adds a message costs the same at any
+        length."""
         segments = None
+        size = self.size
         if keep == len(self.refs):
             segments = _extend_segments(list(self.segments()), refs)
-        return MessageList(messages, [*self.refs[:keep], *refs], segments)
+        elif self.refs:
+            size = size * keep // len(self.refs)
+        return MessageList(messages, [*self.refs[:keep], *refs], segments, size + added)
 
 
 @dataclass
@@ -398,6 +412,11 @@ class CheckpointState:
     node_id: str | None
     values: dict[str, Ref] = field(default_factory=dict)
     messages: dict[str, MessageList] = field(default_factory=dict)
+
+    def size(self) -> int:
+        """About how much memory the state takes, in bytes: its messages and refs."""
+        refs = len(self.values) + sum(len(m.refs) for m in self.messages.values())
+        return 200 + 120 * refs + sum(m.size for m in self.messages.values())
 
 
 def same_message(a: Any, b: Any) -> bool:
@@ -506,15 +525,10 @@ def dumps(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def message_makers(
-    serde: SerializerProtocol, nodes: Iterable[Mapping[str, Any]]
-) -> dict[str, MessageMaker]:
-    """The makers of the message nodes among ``nodes`` (a put's batch), by id."""
-    return {
-        n["id"]: MessageMaker(serde, dumps(n["payload"]))
-        for n in nodes
-        if str(n["resourceKey"]).startswith(_MSG)
-    }
+def message_makers(serde: SerializerProtocol, texts: Mapping[str, str]) -> dict[str, MessageMaker]:
+    """The makers of message nodes by id, given their payloads' JSON text by id (a
+    put's :attr:`PutPlan.texts`)."""
+    return {node_id: MessageMaker(serde, text) for node_id, text in texts.items()}
 
 
 Heads = Mapping[str, tuple[str, int] | None]
@@ -546,6 +560,8 @@ class PutPlan:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     state: CheckpointState = field(default_factory=lambda: CheckpointState(None))
     written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    """The JSON text of each new message node's payload, by id."""
 
     @property
     def checkpoint_id(self) -> str:
@@ -625,16 +641,19 @@ class PutPlan:
         old = self.parent.messages.get(channel) or MessageList([], [])
         keep = common_prefix(old.messages, value)
         refs: list[Ref] = []
+        added = 0
         if keep < len(value):
             prev = old.refs[keep - 1] if keep else None
             key, version, parents = self._next(heads, prev, _base_key(_MSG, channel))
             for message in value[keep:]:
                 payload = message_payload(self.serde, channel, message)
                 node_id = self._node(message_kind(message), parents, payload, key, version)
+                text = self.texts[node_id] = dumps(payload)
+                added += message_bytes(text)
                 refs.append(Ref(node_id, key, version))
                 parents, version = [node_id], version + 1
             tips.append(refs[-1].node_id)
-        self.state.messages[channel] = old.followed_by(list(value), keep, refs)
+        self.state.messages[channel] = old.followed_by(list(value), keep, refs, added)
 
     def _checkpoint_node(self, heads: Heads, tips: list[str]) -> None:
         key = checkpoint_key(self.checkpoint_id)
@@ -787,6 +806,7 @@ def load_checkpoint(
     for channel, key, first, last, ids in stored.segments():
         lst = state.messages[channel]
         lst.messages += [messages[node_id]() for node_id in ids]
+        lst.size += sum(messages[node_id].size for node_id in ids)
         lst.refs += map(Ref, ids, repeat(key), range(first, last + 1))
     for channel, lst in state.messages.items():
         channel_values[channel] = list(lst.messages)

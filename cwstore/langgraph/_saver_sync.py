@@ -161,9 +161,11 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         LangGraph's serializer for values JSON cannot hold exactly (default: its
         ``JsonPlusSerializer``).
     message_cache_bytes:
-        About how much memory the messages the saver wrote or read may take (32 MiB by
-        default; 0: none are kept), so that reading a checkpoint fetches only the
-        messages it has not seen; a thread it deletes, it forgets.
+        About how much memory what the saver remembers may take (32 MiB by default):
+        the messages it wrote or read, so that reading a checkpoint fetches only the
+        messages it has not seen, and the states of the last checkpoints it stored in
+        each thread, so that a put reads nothing back. With 0 none are kept (each put
+        reads its parent checkpoint). A thread it deletes, it forgets.
 
     Errors are cwstore's (:class:`cwstore.Error`), e.g. :class:`cwstore.DatabaseError`
     when the server cannot be reached.
@@ -411,7 +413,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         md = get_serializable_checkpoint_metadata(config, metadata)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
-            parent = None if parent_id is None else memo.states.get(parent_id)
+            parent = None if parent_id is None else memo.state(parent_id)
             if parent_id is not None and parent is None:
                 with self.store.connection() as conn:
                     loaded = self._load(conn, graph, parent_id)
@@ -439,8 +441,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                     raise
                 self._memo.forget(graph)
                 continue
-            memo.wrote(checkpoint["id"], plan.state, plan.written)
-            self._memo.keep_messages(graph, message_makers(self.serde, plan.nodes))
+            self._memo.wrote(graph, checkpoint["id"], plan.state, plan.written)
+            self._memo.keep_messages(graph, message_makers(self.serde, plan.texts))
             break
         else:
             raise ChainConflictError(graph=graph)
