@@ -112,20 +112,24 @@ def writes_key(checkpoint_id: str) -> str:
 def is_plain_json(value: Any, depth: int = 0) -> bool:
     """Whether JSON holds ``value`` exactly, so it comes back equal and of the same
     types (no tuples, no integral floats, which JSON would read back as ints; no
-    integers JavaScript cannot hold, no NaN, no lone surrogates)."""
+    integers JavaScript cannot hold, no NaN, no lone surrogates; no subclasses, such as
+    a ``str`` or ``int`` enum, which JSON would read back as the plain value)."""
     if depth > 100:
         return False
-    if value is None or isinstance(value, bool | str):
-        return not isinstance(value, str) or _no_surrogates(value)
-    if isinstance(value, int):
-        return -_MAX_SAFE <= value <= _MAX_SAFE
-    if isinstance(value, float):
+    kind = type(value)
+    if value is None or kind is bool:
+        return True
+    if kind is str:
+        return _no_surrogates(value)
+    if kind is int:
+        return bool(-_MAX_SAFE <= value <= _MAX_SAFE)
+    if kind is float:
         return math.isfinite(value) and not value.is_integer()
     if type(value) is list:
         return all(is_plain_json(v, depth + 1) for v in value)
     if type(value) is dict:
         return all(
-            isinstance(k, str) and _no_surrogates(k) and is_plain_json(v, depth + 1)
+            type(k) is str and _no_surrogates(k) and is_plain_json(v, depth + 1)
             for k, v in value.items()
         )
     return False
@@ -144,6 +148,16 @@ def stores_json(serde: SerializerProtocol) -> bool:
     only with LangGraph's ``JsonPlusSerializer`` (the default). Any other serializer,
     an ``EncryptedSerializer`` above all, is given every value."""
     return isinstance(serde, JsonPlusSerializer)
+
+
+def as_primitive(value: Any) -> Any:
+    """A channel value as LangGraph's PostgreSQL saver reads it back: an instance of a
+    subclass of ``str``, ``int`` or ``float`` (a ``str`` or ``int`` enum) is stored there
+    inline as JSON, so it comes back as the plain value; anything else as it is."""
+    kind = type(value)
+    if kind in (str, int, float, bool) or not isinstance(value, str | int | float):
+        return value
+    return json.loads(json.dumps(value))
 
 
 def encode_value(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
@@ -630,7 +644,7 @@ class PutPlan:
                 payload = {
                     "channel": channel,
                     "version": self.checkpoint.get("channel_versions", {}).get(channel),
-                    **encode_value(self.serde, value),
+                    **encode_value(self.serde, as_primitive(value)),
                 }
                 node_id = self._node("resource", parents, payload, key, version)
                 self.state.values[channel] = Ref(node_id, key, version)
