@@ -59,7 +59,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..drivers._protocol import Row
-from ..errors import DatabaseError
+from ..errors import DatabaseError, InputError
 
 __all__ = [
     "CP_KIND",
@@ -133,6 +133,16 @@ def is_plain_json(value: Any, depth: int = 0) -> bool:
             for k, v in value.items()
         )
     return False
+
+
+def checked_text(what: str, value: Any) -> str:
+    """``value`` as text (``str()`` of it, as LangGraph's savers take ids), refused with
+    :class:`~cwstore.InputError` naming ``what`` when it holds U+0000 or a lone
+    surrogate, which PostgreSQL text cannot."""
+    text = str(value)
+    if "\x00" in text or not _no_surrogates(text):
+        raise InputError(f"{what} cannot hold U+0000 or a lone surrogate: {text!r}")
+    return text
 
 
 def _no_surrogates(text: str) -> bool:

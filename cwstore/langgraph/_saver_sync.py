@@ -54,6 +54,7 @@ from ._mapping import (
     MessageMaker,
     PutPlan,
     Stored,
+    checked_text,
     checkpoint_key,
     contains,
     decode_value,
@@ -117,8 +118,15 @@ def _graph_id(conn: Connection, graph: str) -> tuple[int | None, bool]:
 
 
 def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """The thread id, namespace and checkpoint id (if any) the config names;
+    :class:`~cwstore.InputError` for one PostgreSQL text cannot hold."""
     conf = config["configurable"]
-    return str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), get_checkpoint_id(config)
+    checkpoint_id = get_checkpoint_id(config)
+    return (
+        checked_text("thread_id", conf["thread_id"]),
+        checked_text("checkpoint_ns", conf.get("checkpoint_ns", "")),
+        None if checkpoint_id is None else checked_text("checkpoint_id", checkpoint_id),
+    )
 
 
 def _tuple(serde: SerializerProtocol, thread_id: str, ns: str, loaded: Loaded) -> CheckpointTuple:
@@ -409,6 +417,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         """Store a checkpoint (one append: its new values and messages, then its node);
         returns the config that names it."""
         thread_id, ns, parent_id = _ids(config)
+        checked_text("checkpoint id", checkpoint["id"])
         graph = graph_name(thread_id, ns)
         md = get_serializable_checkpoint_metadata(config, metadata)
         for attempt in range(_RETRIES):
@@ -468,8 +477,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         graph = graph_name(thread_id, ns)
         payload = {
             "checkpoint_id": checkpoint_id,
-            "task": task_id,
-            "path": task_path,
+            "task": checked_text("task_id", task_id),
+            "path": checked_text("task_path", task_path),
             "writes": [
                 [write_index(channel, i), channel, encode_value(self.serde, value)]
                 for i, (channel, value) in enumerate(writes)
@@ -515,7 +524,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str) -> None:
         """Erase every graph of the thread (every namespace) in one transaction:
         cwstore's erasure, not hidden rows (docs/erasure.md)."""
-        self._erase_threads([str(thread_id)], "langgraph delete_thread")
+        self._erase_threads([checked_text("thread_id", thread_id)], "langgraph delete_thread")
 
     def _read_all(self, conn: Connection, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
@@ -540,11 +549,13 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread (every namespace) to
         another thread, in the same order."""
-        for graph in self._thread_graphs(source_thread_id):
+        source = checked_text("source_thread_id", source_thread_id)
+        target = checked_text("target_thread_id", target_thread_id)
+        for graph in self._thread_graphs(source):
             _, ns = _split(graph)
             with self.store.connection() as conn:
                 loaded = self._read_all(conn, graph)
-            self._write_back(target_thread_id, ns, loaded)
+            self._write_back(target, ns, loaded)
 
     def _rewrite_threads(self, thread_ids: Sequence[str], decide: _Decide, reason: str) -> None:
         """Rewrite each thread: its graphs are read (every checkpoint of every
@@ -673,7 +684,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             )
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}")
-        threads = [str(t) for t in thread_ids]
+        threads = [checked_text("thread_id", t) for t in thread_ids]
         if not threads:
             return
         if strategy == "delete":
@@ -735,7 +746,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             )
         if not run_ids:
             return
-        runs = {str(r) for r in run_ids}
+        runs = {checked_text("run_id", r) for r in run_ids}
         with self.store.connection() as conn:
             graphs = [str(r["name"]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
         threads = sorted({_split(g)[0] for g in graphs})
