@@ -184,3 +184,8 @@ SELECT pg_catalog.set_config('cwstore.retention_group', $1, true)
 -- Append batch $2 (JSON array of nodes) to graph $1 inside the caller's transaction,
 -- with the frontier $3 (JSON array, NULL: the fold) after it (cwstore.append_v1).
 SELECT seq FROM cwstore.append_v1($1, $2::json, NULL, $3::json, NULL)
+
+-- name: postgres_threads
+-- Every thread id of a database written by LangGraph's PostgreSQL saver
+-- (langgraph-checkpoint-postgres, its table "checkpoints"), for moving them over.
+SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id
