@@ -42,7 +42,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NAMES: Final = {
     "AsyncStore": "Store",
     "connect": "connect_sync",
-    "store_async": "store",
     "_migrate_async": "_migrate_sync",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",

@@ -53,7 +53,11 @@ def session_bounds(settings: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class AsyncConnection(Protocol):
-    """A connection borrowed from an :class:`AsyncPool`, in autocommit mode."""
+    """A connection borrowed from an :class:`AsyncPool`, in autocommit mode.
+
+    Every statement (and a transaction's begin and commit) raises a driver error as the
+    :class:`cwstore.Error` it maps to, at the statement: an integration catches cwstore's
+    errors inside its block, never the driver's."""
 
     async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
         """Every row of ``query`` (an empty list when it returns none)."""
@@ -121,6 +125,9 @@ class AsyncPool(Protocol):
     dsn: str
     """The connection string the pool opened, as the driver takes it."""
 
+    pooled: bool
+    """Whether ``dsn`` leads to a transaction-mode pooler."""
+
     def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Borrow a connection; every driver error inside the block leaves as a
         cwstore error."""
@@ -173,6 +180,7 @@ class Pool(Protocol):
     """The sync twin of :class:`AsyncPool`."""
 
     dsn: str
+    pooled: bool
 
     def connection(self) -> AbstractContextManager[Connection]: ...
 

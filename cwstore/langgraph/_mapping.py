@@ -58,8 +58,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ..drivers._protocol import Row
-from ..errors import DatabaseError, InputError
+from cwstore import DatabaseError, InputError, Row
 
 __all__ = [
     "CP_KIND",
@@ -487,7 +486,7 @@ def writes_node(
     """The node of one :meth:`put_writes` call for the checkpoint ``checkpoint_id`` and
     the new head of its key: its parents are the key's head and the checkpoint's node
     (when ``heads`` names them)."""
-    from cwstore.identity import compute_id
+    from cwstore import compute_id
 
     key = writes_key(checkpoint_id)
     head, cp_head = heads.get(key), heads.get(checkpoint_key(checkpoint_id))
@@ -623,7 +622,7 @@ class PutPlan:
         return f"{base}@{self.checkpoint_id}", 1, []
 
     def _node(self, kind: str, parents: list[str], payload: Any, key: str, version: int) -> str:
-        from cwstore.identity import compute_id
+        from cwstore import compute_id
 
         parents = sorted(set(parents))
         node_id = compute_id(kind, parents, payload, key)

@@ -12,21 +12,20 @@ thread cannot mix the two. The source is left as it is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from importlib import resources
 from itertools import groupby
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from .. import _sql
-from ..errors import InputError
+from cwstore import InputError, named_queries
+
 from ._mapping import checked_text
 from ._saver_sync import CwstoreSaver
 
 __all__ = ["move_threads", "postgres_thread_ids"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
+_Q = named_queries("cwstore.langgraph")
 
 
 def _version(value: Any) -> Any:

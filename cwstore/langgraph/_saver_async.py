@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -32,18 +31,20 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql
-from .._migrate_async import migrate_dsn
-from .._store_base import prepare_batch
-from ..drivers._protocol import AsyncConnection, Row
-from ..errors import (
+from cwstore import (
+    AsyncConnection,
+    AsyncStore,
     ChainConflictError,
     DatabaseError,
     InputError,
+    Row,
     UnknownGraphError,
     ValidationError,
+    connect,
+    named_queries,
+    prepare_append,
 )
-from ..store_async import AsyncStore, connect
+
 from ._mapping import (
     CP_KIND,
     CheckpointState,
@@ -72,12 +73,7 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["AsyncCwstoreSaver"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
-_ROWS = {
-    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
-    for name in ("checkpoint", "checkpoints")
-}
-"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
+_Q = named_queries("cwstore.langgraph")
 _RETRIES = 8
 _STAGED = "langgraph~"
 """The prefix of a graph's staged rewrite: what a prune keeps of the graph, written
@@ -200,7 +196,7 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
 
     async def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        await migrate_dsn(self.store.dsn)
+        await self.store.migrate_schema()
 
     # --- reading ------------------------------------------------------------------------
 
@@ -242,26 +238,18 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             graph_id = await self._graph_key(conn, graph)
             if graph_id is None:
                 return []
-            if checkpoint_id is not None:
-                rows = await conn.fetch(
-                    _ROWS["checkpoint"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    checkpoint_key(checkpoint_id),
-                )
-            else:
-                rows = await conn.fetch(
-                    _ROWS["checkpoints"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    CP_KIND,
-                    below,
-                    before,
-                    wanted,
-                    limit,
-                )
+            rows = await conn.fetch(
+                _q("checkpoint_rows"),
+                graph_id,
+                graph,
+                writes_key(""),
+                None if checkpoint_id is None else checkpoint_key(checkpoint_id),
+                CP_KIND,
+                below,
+                before,
+                wanted,
+                limit,
+            )
             if not rows:
                 if not remembered:
                     return []
@@ -610,7 +598,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
                 async with self.store.transaction() as conn:
                     await conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
                     for nodes, frontier in batches:
-                        await conn.fetch(_q("append"), staged, *append_args(nodes, frontier))
+                        await conn.fetch(
+                            _q("append"), *prepare_append(staged, nodes, frontier=frontier).args
+                        )
             try:
                 async with self.store.transaction() as conn:
                     erased = await conn.fetchval(_q("erase_graph"), graph, reason)
@@ -634,7 +624,9 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             async with self.store.transaction() as conn:
                 await conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
                 for nodes, frontier in batches:
-                    await conn.fetch(_q("append"), graph, *append_args(nodes, frontier))
+                    await conn.fetch(
+                        _q("append"), *prepare_append(graph, nodes, frontier=frontier).args
+                    )
                 await conn.fetchval(_q("erase_graph"), _STAGED + graph, reason)
         except UnknownGraphError:  # another reader finished it first
             pass
@@ -773,14 +765,6 @@ class AsyncCwstoreSaver(BaseCheckpointSaver[str]):
             return plan
 
         await self._rewrite_threads(threads, drop_runs, "langgraph delete_for_runs")
-
-
-def append_args(
-    nodes: Sequence[Mapping[str, Any]], frontier: Sequence[str] | None
-) -> tuple[str, str | None]:
-    """The batch and frontier arguments (JSON text) of the query ``append``."""
-    batch = prepare_batch(nodes, frontier)
-    return batch.json, batch.frontier_json
 
 
 class _Moved(Exception):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -35,18 +34,20 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import _sql
-from .._migrate_sync import migrate_dsn
-from .._store_base import prepare_batch
-from ..drivers._protocol import Connection, Row
-from ..errors import (
+from cwstore import (
     ChainConflictError,
+    Connection,
     DatabaseError,
     InputError,
+    Row,
+    Store,
     UnknownGraphError,
     ValidationError,
+    connect_sync,
+    named_queries,
+    prepare_append,
 )
-from ..store import Store, connect_sync
+
 from ._mapping import (
     CP_KIND,
     CheckpointState,
@@ -75,12 +76,7 @@ from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
 __all__ = ["CwstoreSaver"]
 
-_Q = _sql.queries(resources.files("cwstore.langgraph"))
-_ROWS = {
-    name: _Q["checkpoint_rows"].replace("{checkpoints}", _Q[name])
-    for name in ("checkpoint", "checkpoints")
-}
-"""The two reads of checkpoints: ``checkpoint_rows`` of either query."""
+_Q = named_queries("cwstore.langgraph")
 _RETRIES = 8
 _STAGED = "langgraph~"
 """The prefix of a graph's staged rewrite: what a prune keeps of the graph, written
@@ -203,7 +199,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create or upgrade cwstore's schema (what ``cwstore init`` does; idempotent)."""
-        migrate_dsn(self.store.dsn)
+        self.store.migrate_schema()
 
     # --- reading ------------------------------------------------------------------------
 
@@ -245,26 +241,18 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             graph_id = self._graph_key(conn, graph)
             if graph_id is None:
                 return []
-            if checkpoint_id is not None:
-                rows = conn.fetch(
-                    _ROWS["checkpoint"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    checkpoint_key(checkpoint_id),
-                )
-            else:
-                rows = conn.fetch(
-                    _ROWS["checkpoints"],
-                    graph_id,
-                    graph,
-                    writes_key(""),
-                    CP_KIND,
-                    below,
-                    before,
-                    wanted,
-                    limit,
-                )
+            rows = conn.fetch(
+                _q("checkpoint_rows"),
+                graph_id,
+                graph,
+                writes_key(""),
+                None if checkpoint_id is None else checkpoint_key(checkpoint_id),
+                CP_KIND,
+                below,
+                before,
+                wanted,
+                limit,
+            )
             if not rows:
                 if not remembered:
                     return []
@@ -603,7 +591,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 with self.store.transaction() as conn:
                     conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
                     for nodes, frontier in batches:
-                        conn.fetch(_q("append"), staged, *append_args(nodes, frontier))
+                        conn.fetch(
+                            _q("append"), *prepare_append(staged, nodes, frontier=frontier).args
+                        )
             try:
                 with self.store.transaction() as conn:
                     erased = conn.fetchval(_q("erase_graph"), graph, reason)
@@ -627,7 +617,7 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             with self.store.transaction() as conn:
                 conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
                 for nodes, frontier in batches:
-                    conn.fetch(_q("append"), graph, *append_args(nodes, frontier))
+                    conn.fetch(_q("append"), *prepare_append(graph, nodes, frontier=frontier).args)
                 conn.fetchval(_q("erase_graph"), _STAGED + graph, reason)
         except UnknownGraphError:  # another reader finished it first
             pass
@@ -764,14 +754,6 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             return plan
 
         self._rewrite_threads(threads, drop_runs, "langgraph delete_for_runs")
-
-
-def append_args(
-    nodes: Sequence[Mapping[str, Any]], frontier: Sequence[str] | None
-) -> tuple[str, str | None]:
-    """The batch and frontier arguments (JSON text) of the query ``append``."""
-    batch = prepare_batch(nodes, frontier)
-    return batch.json, batch.frontier_json
 
 
 class _Moved(Exception):

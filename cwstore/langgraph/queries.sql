@@ -4,22 +4,46 @@
 -- erase_graph_v1).
 
 -- name: checkpoint_rows
--- What each checkpoint of graph $1 (graph_id) named $2 holds, the checkpoints being the
--- rows (seq, id, payload_text of their nodes) of the query "checkpoint" or
--- "checkpoints", whose text the reader puts in place of the placeholder below; $3 the
--- prefix of pending writes' keys. Every table is read by the graph's key, $1 (so on
--- Citus the statement runs on the graph's one worker); no rows when the graph at that
--- key is not named $2 (the reader may remember a key the name has left, if the graph
--- was erased since). Rows, in no order (the reader orders a few rows per checkpoint
--- rather than the server sorting every payload): checkpoint seq, part, key, version,
--- last, node id, payload text. Per checkpoint: part -1, its own node; part 0, each
--- value node its "values" names, with its key and version; part 1, each segment of a
--- message chain its "messages" names (key, first and last version), the ids of its
--- nodes, oldest first, comma-separated (the reader reads by "payloads" those it does
--- not hold already); part 2, each version of its pending writes' key
--- ($3 || its checkpoint id).
+-- What each checkpoint of graph $1 (graph_id) named $2 holds, the checkpoints being
+-- the one whose key is $4 (lg:cp:<id>), or when $4 is NULL the newest (nodes of kind
+-- $5) stored before sequence $6 (NULL: all) and before checkpoint id $7 (NULL: all)
+-- whose metadata contains $8 (jsonb, NULL: any) or is not stored as JSON (the
+-- serializer's bytes: the reader decides), at most $9 (NULL: all); $3 the prefix
+-- of pending writes' keys. Either way the checkpoints are one range of the kind's index
+-- (one plan serves both). Every table is read by the graph's key, $1 (so on Citus the
+-- statement runs on the graph's one worker); no rows when the graph at that key is not
+-- named $2 (the reader may remember a key the name has left, if the graph was erased
+-- since). Rows, in no order (the reader orders a few rows per checkpoint rather than
+-- the server sorting every payload): checkpoint seq, part, key, version, last, node
+-- id, payload text. Per checkpoint: part -1, its own node; part 0, each value node its
+-- "values" names, with its key and version; part 1, each segment of a message chain
+-- its "messages" names (key, first and last version), the ids of its nodes, oldest
+-- first, comma-separated (the reader reads by "payloads" those it does not hold
+-- already); part 2, each version of its pending writes' key ($3 || its checkpoint id).
 SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
-  FROM ({checkpoints}) c
+  FROM (SELECT n.seq, n.id, n.payload_text
+          FROM cwstore.kind_counts k
+          JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = k.seq
+         WHERE k.graph_id = $1::bigint AND k.kind = $5::text
+           -- The checkpoint's own sequence (none when its key has no head), or every
+           -- sequence below $6.
+           AND k.seq BETWEEN (CASE WHEN $4::text IS NULL THEN 0
+                                   ELSE (SELECT h.head_seq FROM cwstore.key_heads h
+                                          WHERE h.graph_id = $1::bigint
+                                            AND h.key = $4::text) END)
+                         AND (CASE WHEN $4::text IS NULL
+                                   THEN coalesce($6::bigint - 1, 9223372036854775807)
+                                   ELSE (SELECT h.head_seq FROM cwstore.key_heads h
+                                          WHERE h.graph_id = $1::bigint
+                                            AND h.key = $4::text) END)
+           AND ($7::text IS NULL
+                OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C"
+                   < $7::text)
+           AND ($8::jsonb IS NULL
+                OR NOT (cwstore.payload_jsonb(n.payload_text) -> 'metadata') ? 'json'
+                OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $8::jsonb)
+         ORDER BY k.seq DESC
+         LIMIT $9) c
   JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
  CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(c.payload_text) AS head) cp
  CROSS JOIN LATERAL (
@@ -83,33 +107,6 @@ SELECT n.id, n.payload_text
                    AND n.seq >= f.seq
                  ORDER BY n.seq
                  LIMIT r.count) n ON true
-
--- name: checkpoint
--- The checkpoint of graph $1 (graph_id) whose key is $4 (lg:cp:<id>), for
--- checkpoint_rows. A query of its own, not a branch of "checkpoints": a plan for both
--- costs more than one for either, so PostgreSQL would plan every call anew.
-SELECT n.seq, n.id, n.payload_text
-  FROM cwstore.key_heads h
-  JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = h.head_seq
- WHERE h.graph_id = $1::bigint AND h.key = $4::text
-
--- name: checkpoints
--- The newest checkpoints (nodes of kind $4) of graph $1 (graph_id) stored before
--- sequence $5 (NULL: all) and before checkpoint id $6 (NULL: all) whose metadata
--- contains $7 (jsonb, NULL: any) or is not stored as JSON (the serializer's bytes: the
--- reader decides), at most $8 (NULL: all), for checkpoint_rows.
-SELECT n.seq, n.id, n.payload_text
-  FROM cwstore.kind_counts k
-  JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = k.seq
- WHERE k.graph_id = $1::bigint AND k.kind = $4::text
-   AND ($5::bigint IS NULL OR k.seq < $5::bigint)
-   AND ($6::text IS NULL
-        OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C" < $6::text)
-   AND ($7::jsonb IS NULL
-        OR NOT (cwstore.payload_jsonb(n.payload_text) -> 'metadata') ? 'json'
-        OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $7::jsonb)
- ORDER BY k.seq DESC
- LIMIT $8
 
 -- name: graph
 -- The graph_id of the graph named $1 (NULL when there is none, or none the caller may
@@ -181,9 +178,9 @@ SELECT cwstore.erase_graph_v1($1, $2)
 SELECT pg_catalog.set_config('cwstore.retention_group', $1, true)
 
 -- name: append
--- Append batch $2 (JSON array of nodes) to graph $1 inside the caller's transaction,
--- with the frontier $3 (JSON array, NULL: the fold) after it (cwstore.append_v1).
-SELECT seq FROM cwstore.append_v1($1, $2::json, NULL, $3::json, NULL)
+-- Append a batch inside the caller's transaction: cwstore.append_v1 with the arguments
+-- cwstore.prepare_append gives (graph, nodes, expected length, frontier, incarnation).
+SELECT seq FROM cwstore.append_v1($1, $2::json, $3, $4::json, $5)
 
 -- name: postgres_threads
 -- Every thread id of a database written by LangGraph's PostgreSQL saver
