@@ -53,9 +53,12 @@ def savers(db_dsn: str) -> Iterator[list[BaseCheckpointSaver[Any]]]:
         yield [CwstoreSaver(store), pg]
 
 
-def _put(saver: BaseCheckpointSaver[Any], thread: str, metadata: dict[str, Any]) -> Any:
+def _put(
+    saver: BaseCheckpointSaver[Any], thread: str, metadata: dict[str, Any], after: Any = None
+) -> Any:
+    """A checkpoint with ``metadata`` (after the one ``after`` names, if given)."""
     checkpoint: Any = {**empty_checkpoint(), "id": str(uuid6(clock_seq=-1))}
-    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    config: Any = after or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     return saver.put(config, checkpoint, cast(CheckpointMetadata, metadata), {})
 
 
@@ -83,11 +86,19 @@ def test_delete_for_runs_finds_runs_in_any_metadata(savers: list[BaseCheckpointS
     saver = savers[0]
     thread = f"runs-{uuid.uuid4().hex[:8]}"
     run = f"run-{thread}"
+    after = None
     for md in METADATA:
         # Only metadata stored as serializer bytes names the run.
-        _put(saver, thread, {**md, "run_id": run if md["step"] in (0, 2) else "other"})
+        after = _put(
+            saver, thread, {**md, "run_id": run if md["step"] in (0, 2) else "other"}, after
+        )
     saver.delete_for_runs([run])
     assert _steps(saver, thread, {}) == [4, 3, 1]
+    # No kept checkpoint names a deleted parent.
+    listed = list(saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    ids = {t.checkpoint["id"] for t in listed}
+    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in listed if t.parent_config]
+    assert parents and set(parents) <= ids
 
 
 class _State(TypedDict):
