@@ -6,12 +6,10 @@ thread's puts (each with its pending writes and a read), in a database analyzed 
 empty, with autovacuum off on cwstore's tables (so no later ANALYZE rescues the plans):
 fewer than one scan per 10 puts (the first few, while the tables are tiny, may scan).
 
-The saver's own queries scan no table sequentially (auto_explain of this run); every
-scan counted here (about 15 per put on main) comes from ``append_v1``, whose statements
-run with generic plans (``plan_cache_mode = force_generic_plan``) made at a
-connection's first call, when the tables were small, and kept for the connection's
-life. A fix belongs in the schema (a migration), so the test is expected to fail until
-one lands (strict: it then says so).
+On main before the fix about 15 scans per put: generic plans made at a connection's
+first calls, while the tables were small, and kept for its life (``append_v1`` runs
+with ``force_generic_plan``, the saver's reads are prepared statements). The store's
+connections now plan with ``enable_seqscan`` off (``cwstore.drivers._protocol``).
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import time
 from typing import Any
 
 import psycopg
-import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from support.langgraph import put_messages, thread_config
 
@@ -48,7 +45,6 @@ def _seq_scans(c: psycopg.Connection[Any]) -> int:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="append_v1's generic plans: needs a schema fix")
 def test_puts_do_not_scan_nodes_with_statistics_of_empty_tables(empty_db_dsn: str) -> None:
     with cwstore.connect_sync(empty_db_dsn, migrate_schema=True):
         pass
