@@ -8,7 +8,10 @@
 -- needs no privilege on any table, and checks that the login role may write the graph's
 -- tenant (cwstore._check_writer, 50_tenancy.sql) before it locks or writes anything.
 -- Functions are versioned (_v1) so a new signature can live beside the old; each takes
--- the graph (its name, or its graph_id within an import) first.
+-- the graph (its name, or its graph_id within an import) first. The write doors plan
+-- with enable_seqscan off: a caller's connection keeps a plpgsql function's plans for
+-- its life, and one made while the tables were small would go on scanning them as they
+-- grow; every lookup here has an index (off is a penalty, not a ban).
 --
 -- SQLSTATEs raised: CW400 validation, CW404 unknown graph, CW409 expected length is
 -- stale, CW410 chain conflict on a resource key, CW412 import into a non-empty graph,
@@ -453,7 +456,8 @@ END $$;
 --   (cwstore.graph_id_of, 55_graph_keys.sql); a name whose first key another graph
 --   holds takes the next one.
 CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_id bigint;
   v_tenant text;
@@ -488,7 +492,8 @@ COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
 --   Locks the graph row for the rest of the transaction. Raises CW412 when the graph
 --   already holds nodes. Sets the vocabulary.
 CREATE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_life record;
   v_len bigint;
@@ -519,7 +524,8 @@ COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
 CREATE FUNCTION cwstore.import_rows_v1(p_graph_id bigint, p_seqs bigint[], p_ids text[],
                                        p_kinds text[], p_parents text[], p_payloads text[],
                                        p_created text[], p_keys text[])
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_len bigint;
   v_xid bigint;
@@ -613,7 +619,8 @@ COMMENT ON FUNCTION cwstore.import_rows_v1(bigint, bigint[], text[], text[], tex
 -- append that committed first left). CW400 frontier_reference for unknown or repeated
 -- ids, CW404 for an unknown graph id (or one of another tenant).
 CREATE FUNCTION cwstore.declare_frontier_v1(p_graph_id bigint, p_heads text[])
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_len bigint;
 BEGIN
@@ -995,7 +1002,8 @@ RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, wr
                payload_text text, incarnation bigint)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan AS $$
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off AS $$
 DECLARE
   v_graph_id bigint;
   v_len bigint;

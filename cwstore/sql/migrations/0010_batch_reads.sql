@@ -1,4 +1,4 @@
--- 0010_append_memory: an append of a 4 MiB payload takes about half the backend memory
+-- 0010_batch_reads: an append of a 4 MiB payload takes about half the backend memory
 -- it took (about 15 times the payload at worst, was 27 times); import_rows_v1 about 13
 -- times (was 18).
 --
