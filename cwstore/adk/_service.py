@@ -1,0 +1,496 @@
+"""Google ADK's session service (``google.adk.sessions.BaseSessionService``) on a cwstore
+store.
+
+The mapping is pure and lives in :mod:`cwstore.adk._mapping`; this module reads with
+the named queries of ``cwstore/adk/queries.sql`` and writes through the store's public
+:meth:`~cwstore.AsyncStore.append` and :meth:`~cwstore.AsyncStore.erase`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, LiteralString, Self
+
+import orjson
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+from typing_extensions import override
+
+import cwstore
+
+from ._mapping import (
+    APP_PREFIX,
+    STATE_KEY_PREFIX,
+    USER_PREFIX,
+    app_graph,
+    decode_event,
+    encode_event,
+    event_kind,
+    event_time,
+    opening_time,
+    session_graph,
+    session_prefix,
+    split_delta,
+    split_session_graph,
+    state_key,
+    user_graph,
+    user_prefix,
+)
+
+__all__ = ["CwstoreSessionService"]
+
+_Q = cwstore.named_queries("cwstore.adk")
+STALE_MESSAGE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+"""The words of ADK's DatabaseSessionService, which callers match on."""
+_MEMO_GRAPHS = 4096
+_SHARED_RETRIES = 8
+
+
+def _q(name: str) -> LiteralString:
+    return _Q[name]
+
+
+@dataclass
+class _Memo:
+    """What the service knows of a session graph at one length: the next event's
+    parents and the head of each session state key."""
+
+    incarnation: int
+    length: int
+    parents: list[str]
+    heads: dict[str, str] = field(default_factory=dict)
+
+
+def _marker(incarnation: int, length: int) -> str:
+    return f"cwstore:{incarnation}:{length}"
+
+
+def _parse_marker(marker: str | None) -> tuple[int, int] | None:
+    if marker is None or not marker.startswith("cwstore:"):
+        return None
+    _, incarnation, length = marker.split(":")
+    return int(incarnation), int(length)
+
+
+def _merge(
+    app: Mapping[str, Any], user: Mapping[str, Any], session: Mapping[str, Any]
+) -> dict[str, Any]:
+    merged = dict(session)
+    merged.update({APP_PREFIX + k: v for k, v in app.items()})
+    merged.update({USER_PREFIX + k: v for k, v in user.items()})
+    return merged
+
+
+def _value(payload_text: str) -> Any:
+    return orjson.loads(payload_text)["value"]
+
+
+def _normal_id(session_id: str) -> str:
+    return session_id.strip()
+
+
+class CwstoreSessionService(BaseSessionService):
+    """ADK sessions, each a cwstore graph (docs/adk.md has the mapping).
+
+    Make it from an open :class:`cwstore.AsyncStore` (the service does not close it)
+    or with :meth:`from_dsn` (the service owns the store; :meth:`close` it, or use
+    ``async with``).
+    """
+
+    def __init__(self, store: cwstore.AsyncStore) -> None:
+        self.store = store
+        self._owns_store = False
+        self._memo: OrderedDict[str, _Memo] = OrderedDict()
+
+    @classmethod
+    async def from_dsn(
+        cls, dsn: str | None = None, *, setup: bool = False, **connect_args: Any
+    ) -> Self:
+        """A service on a store of its own (``cwstore.connect(dsn, ...)``);
+        ``setup=True`` brings cwstore's schema up to date first, as ``cwstore init``."""
+        store = await cwstore.connect(dsn, migrate_schema=setup, **connect_args)
+        service = cls(store)
+        service._owns_store = True
+        return service
+
+    async def close(self) -> None:
+        """Close the store when this service made it."""
+        if self._owns_store:
+            await self.store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- memo ------------------------------------------------------------------------
+
+    def _remember(self, graph: str, memo: _Memo) -> None:
+        self._memo[graph] = memo
+        self._memo.move_to_end(graph)
+        while len(self._memo) > _MEMO_GRAPHS:
+            self._memo.popitem(last=False)
+
+    # --- create ----------------------------------------------------------------------
+
+    @override
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        sid = _normal_id(session_id) if session_id is not None else ""
+        if not sid:
+            sid = str(uuid.uuid4())
+        graph = session_graph(app_name, user_id, sid)
+        app_delta, user_delta, session_state = split_delta(state or {})
+        now = time.time()
+        extra, created_at = opening_time(now)
+        opening: dict[str, Any] = {
+            "kind": "system",
+            "parents": [],
+            "payload": {"adk": "session", "app": app_name, "user": user_id, "id": sid, **extra},
+            "createdAt": created_at,
+        }
+        opening_id = cwstore.compute_id("system", [], opening["payload"])
+        nodes, heads = _state_nodes(session_state, [opening_id], {}, created_at, None)
+        try:
+            await self.store.append(graph, [opening, *nodes], expected_length=0)
+        except cwstore.LengthConflictError:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+        shared = await self._write_shared(app_name, user_id, app_delta, user_delta, sid, None)
+        async with self.store.connection() as conn:
+            row = await conn.fetchrow(_q("session"), graph, "", "", 0, None)
+        assert row is not None
+        memo = _Memo(
+            int(row["incarnation"]),
+            1 + len(nodes),
+            [opening_id, *(n["id"] for n in nodes)],
+            heads,
+        )
+        self._remember(graph, memo)
+        app_state, user_state = shared
+        session = Session(
+            id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merge(app_state, user_state, session_state),
+            last_update_time=now,
+        )
+        session._storage_update_marker = _marker(memo.incarnation, memo.length)
+        return session
+
+    # --- read ------------------------------------------------------------------------
+
+    @override
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        sid = _normal_id(session_id)
+        graph = session_graph(app_name, user_id, sid)
+        limit = config.num_recent_events if config else None
+        after = config.after_timestamp if config and config.after_timestamp else None
+        after_at = None if after is None else datetime.fromtimestamp(after - 1e-6, tz=UTC)
+        async with self.store.snapshot() as conn:
+            rows = await conn.fetch(
+                _q("session"),
+                graph,
+                app_graph(app_name),
+                user_graph(app_name, user_id),
+                limit,
+                after_at,
+            )
+        head = next((r for r in rows if r["part"] == "graph"), None)
+        if head is None:
+            return None
+        scopes: dict[str, dict[str, Any]] = {"session": {}, "app": {}, "user": {}}
+        key_heads: dict[str, str] = {}
+        parents: list[tuple[int, str]] = []
+        events: list[tuple[int, Event]] = []
+        for r in rows:
+            part = r["part"]
+            if part == "state":
+                key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
+                scopes[str(r["scope"])][key] = _value(r["payload_text"])
+                if r["scope"] == "session":
+                    key_heads[str(r["key"])] = str(r["id"])
+            elif part == "head":
+                parents.append((int(r["seq"]), str(r["id"])))
+            elif part == "event":
+                event = decode_event(r["payload_text"], r["created_at_text"])
+                if after is None or event.timestamp >= after:
+                    events.append((int(r["seq"]), event))
+        events.sort(key=lambda e: e[0])
+        memo = _Memo(
+            int(head["incarnation"]),
+            int(head["length"]),
+            [i for _, i in sorted(parents)],
+            key_heads,
+        )
+        self._remember(graph, memo)
+        last = orjson.loads(head["payload_text"])
+        session = Session(
+            id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merge(scopes["app"], scopes["user"], scopes["session"]),
+            events=[e for _, e in events],
+            last_update_time=event_time(head["created_at_text"], last),
+        )
+        session._storage_update_marker = _marker(memo.incarnation, memo.length)
+        return session
+
+    @override
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        prefix = session_prefix(app_name, user_id)
+        users = user_prefix(app_name) if user_id is None else user_graph(app_name, user_id)
+        app = app_graph(app_name)
+        async with self.store.snapshot() as conn:
+            rows = await conn.fetch(_q("sessions"), prefix, users, user_id is not None, app)
+        states: dict[str, dict[str, Any]] = {}
+        found: list[tuple[float, str, str, str, int, int]] = []
+        for r in rows:
+            name = str(r["name"])
+            if r["part"] == "state":
+                key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
+                states.setdefault(name, {})[key] = _value(r["payload_text"])
+            else:
+                _, user, sid = split_session_graph(name)
+                last = orjson.loads(r["payload_text"])
+                found.append(
+                    (
+                        event_time(r["created_at_text"], last),
+                        user,
+                        sid,
+                        name,
+                        int(r["incarnation"]),
+                        int(r["length"]),
+                    )
+                )
+        found.sort(key=lambda f: (f[0], f[1], f[2]))
+        app_state = states.get(app, {})
+        sessions = []
+        for updated, user, sid, name, incarnation, length in found:
+            session = Session(
+                id=sid,
+                app_name=app_name,
+                user_id=user,
+                state=_merge(
+                    app_state,
+                    states.get(user_graph(app_name, user), {}),
+                    states.get(name, {}),
+                ),
+                last_update_time=updated,
+            )
+            session._storage_update_marker = _marker(incarnation, length)
+            sessions.append(session)
+        return ListSessionsResponse(sessions=sessions)
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        async with self.store.connection() as conn:
+            rows = await conn.fetch(_q("scoped_state"), "", user_graph(app_name, user_id))
+        return {
+            str(r["key"]).removeprefix(STATE_KEY_PREFIX): _value(r["payload_text"]) for r in rows
+        }
+
+    # --- delete ----------------------------------------------------------------------
+
+    @override
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Erase the session's graph (cwstore's erasure: every row of it, and an audit
+        record without its name or content). Unknown sessions are a no-op. The app's
+        and user's state graphs stay."""
+        graph = session_graph(app_name, user_id, _normal_id(session_id))
+        self._memo.pop(graph, None)
+        with contextlib.suppress(cwstore.UnknownGraphError):
+            await self.store.erase(graph, reason="adk delete_session")
+
+    # --- append ----------------------------------------------------------------------
+
+    @override
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        graph = session_graph(session.app_name, session.user_id, session.id)
+        memo = await self._memo_for(graph, session)
+        app_delta, user_delta, session_delta = split_delta(event.actions.state_delta or {})
+        payload, created_at = encode_event(event)
+        kind = event_kind(event)
+        parents = sorted(set(memo.parents))
+        event_id = cwstore.compute_id(kind, parents, payload)
+        node = {"kind": kind, "parents": parents, "payload": payload, "createdAt": created_at}
+        nodes, heads = _state_nodes(session_delta, [event_id], memo.heads, created_at, None)
+        try:
+            await self.store.append(
+                graph,
+                [node, *nodes],
+                expected_length=memo.length,
+                incarnation=memo.incarnation,
+            )
+        except cwstore.LengthConflictError:
+            self._memo.pop(graph, None)
+            raise StaleSessionError(STALE_MESSAGE) from None
+        except (cwstore.GraphErasedError, cwstore.UnknownGraphError):
+            self._memo.pop(graph, None)
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        length = memo.length + 1 + len(nodes)
+        self._remember(
+            graph,
+            _Memo(
+                memo.incarnation,
+                length,
+                [event_id, *(n["id"] for n in nodes)],
+                {**memo.heads, **heads},
+            ),
+        )
+        if app_delta or user_delta:
+            await self._write_shared(
+                session.app_name, session.user_id, app_delta, user_delta, session.id, event.id
+            )
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = _marker(memo.incarnation, length)
+        return self._commit_event_to_session(session, event)
+
+    async def _memo_for(self, graph: str, session: Session) -> _Memo:
+        """What the next append to ``session`` links to, checked against the session
+        object: a session loaded at another length is stale (StaleSessionError), one
+        whose graph is gone or another life of it is not found (SessionNotFoundError)."""
+        marker = _parse_marker(session._storage_update_marker)
+        memo = self._memo.get(graph)
+        if memo is not None and marker == (memo.incarnation, memo.length):
+            return memo
+        async with self.store.snapshot() as conn:
+            rows = await conn.fetch(_q("session"), graph, "", "", 1, None)
+        head = next((r for r in rows if r["part"] == "graph"), None)
+        if head is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        stored = _Memo(
+            int(head["incarnation"]),
+            int(head["length"]),
+            [str(r["id"]) for r in sorted(rows, key=lambda r: r["seq"]) if r["part"] == "head"],
+            {str(r["key"]): str(r["id"]) for r in rows if r["part"] == "state"},
+        )
+        if marker is not None:
+            if marker[0] != stored.incarnation:
+                raise SessionNotFoundError(f"Session {session.id} not found.")
+            if marker[1] != stored.length:
+                raise StaleSessionError(STALE_MESSAGE)
+        else:
+            last_id = orjson.loads(head["payload_text"]).get("id") if int(head["seq"]) > 1 else None
+            mine = session.events[-1].id if session.events else None
+            if last_id != mine:
+                raise StaleSessionError(STALE_MESSAGE)
+        self._remember(graph, stored)
+        return stored
+
+    async def _write_shared(
+        self,
+        app_name: str,
+        user_id: str,
+        app_delta: Mapping[str, Any],
+        user_delta: Mapping[str, Any],
+        session_id: str,
+        event_id: str | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Append the app's and user's state deltas to their graphs (each key's new
+        version linked to its head; a concurrent writer's chain conflict is read again
+        and retried). Returns the two scopes' whole state after, when ``event_id`` is
+        ``None`` (a session being created), else two empty dicts."""
+        source = {"session": session_id, **({"event": event_id} if event_id else {})}
+        now = opening_time(time.time())[1]
+        for graph, delta in (
+            (app_graph(app_name), app_delta),
+            (user_graph(app_name, user_id), user_delta),
+        ):
+            if not delta:
+                continue
+            keys = [state_key(k) for k in delta]
+            for attempt in range(_SHARED_RETRIES):
+                async with self.store.connection() as conn:
+                    rows = await conn.fetch(_q("heads"), graph, keys)
+                heads = {str(r["key"]): str(r["id"]) for r in rows}
+                nodes, _ = _state_nodes(delta, [], heads, now, source)
+                try:
+                    await self.store.append(graph, nodes)
+                    break
+                except cwstore.ChainConflictError:
+                    if attempt == _SHARED_RETRIES - 1:
+                        raise
+        if event_id is not None:
+            return {}, {}
+        async with self.store.connection() as conn:
+            rows = await conn.fetch(
+                _q("scoped_state"), app_graph(app_name), user_graph(app_name, user_id)
+            )
+        scopes: dict[str, dict[str, Any]] = {"app": {}, "user": {}}
+        for r in rows:
+            key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
+            scopes[str(r["scope"])][key] = _value(r["payload_text"])
+        return scopes["app"], scopes["user"]
+
+
+def _state_nodes(
+    delta: Mapping[str, Any],
+    parents: Sequence[str],
+    heads: Mapping[str, str],
+    created_at: str,
+    source: Mapping[str, str] | None,
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One ``resource`` node per key of ``delta`` (ids computed), linked to
+    ``parents`` and to the key's head; and the keys' new heads."""
+    nodes: list[dict[str, Any]] = []
+    new_heads: dict[str, str] = {}
+    for key, value in delta.items():
+        rkey = state_key(key)
+        links = sorted({*parents, *([heads[rkey]] if rkey in heads else [])})
+        payload = {"value": value, **(source or {})}
+        node_id = cwstore.compute_id("resource", links, payload, rkey)
+        nodes.append(
+            {
+                "id": node_id,
+                "kind": "resource",
+                "parents": links,
+                "payload": payload,
+                "createdAt": created_at,
+                "resourceKey": rkey,
+            }
+        )
+        new_heads[rkey] = node_id
+    return nodes, new_heads
