@@ -176,7 +176,14 @@ class CwstoreSessionService(BaseSessionService):
         opening: dict[str, Any] = {
             "kind": "system",
             "parents": [],
-            "payload": {"adk": "session", "app": app_name, "user": user_id, "id": sid, **extra},
+            "payload": {
+                "adk": "session",
+                "app": app_name,
+                "user": user_id,
+                "id": sid,
+                "life": uuid.uuid4().hex,
+                **extra,
+            },
             "createdAt": created_at,
         }
         opening_id = cwstore.compute_id("system", [], opening["payload"])
