@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import statistics
 import time
+import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -42,11 +43,44 @@ import cwstore
 from cwstore.adk import CwstoreSessionService
 
 APP = "bench_app"
-WORDS = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
-    "november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee "
-    "zulu amber basalt cobalt dune ember fjord granite harbor indigo jasper"
-).split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "amber",
+    "basalt",
+    "cobalt",
+    "dune",
+    "ember",
+    "fjord",
+    "granite",
+    "harbor",
+    "indigo",
+    "jasper",
+]
 
 
 def sentence(seed: int, n: int) -> str:
@@ -191,15 +225,15 @@ async def run(args: argparse.Namespace) -> None:
             name: Runner(app_name=APP, agent=agent, session_service=svc)
             for name, svc in services.items()
         }
-        ids = [f"s{i}" for i in range(args.sessions)]
+        # Session ids as ADK draws them when none is given (a UUID), three users.
+        ids = [str(uuid.uuid4()) for _ in range(args.sessions)]
+        users = {sid: f"user-{k % 3:04d}" for k, sid in enumerate(ids)}
         for sid in ids:
             for svc in services.values():
-                await svc.create_session(
-                    app_name=APP, user_id=f"u{int(sid[1:]) % 3}", session_id=sid
-                )
+                await svc.create_session(app_name=APP, user_id=users[sid], session_id=sid)
         for turn in range(args.turns):
             for k, sid in enumerate(ids):
-                user = f"u{int(sid[1:]) % 3}"
+                user = users[sid]
                 order = ["cwstore", "adk"] if (turn + k) % 2 == 0 else ["adk", "cwstore"]
                 message = types.Content(
                     role="user", parts=[types.Part(text=sentence(turn * 31 + k, 20) + "?")]
@@ -220,7 +254,7 @@ async def run(args: argparse.Namespace) -> None:
         reads: dict[str, list[float]] = {"cwstore": [], "adk": []}
         for r in range(args.reads):
             sid = ids[r % len(ids)]
-            user = f"u{int(sid[1:]) % 3}"
+            user = users[sid]
             order = ["cwstore", "adk"] if r % 2 == 0 else ["adk", "cwstore"]
             for name in order:
                 t = time.perf_counter()
@@ -251,8 +285,9 @@ async def run(args: argparse.Namespace) -> None:
             f"{len(appends['adk'])} / {len(appends['cwstore'])} calls)"
         )
     finally:
-        for db in ("adk_bench_cw", "adk_bench_db"):
-            await admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        if not args.keep:
+            for db in ("adk_bench_cw", "adk_bench_db"):
+                await admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         await admin.close()
 
 
@@ -262,6 +297,7 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=6)
     p.add_argument("--turns", type=int, default=25)
     p.add_argument("--reads", type=int, default=120)
+    p.add_argument("--keep", action="store_true", help="keep the two databases")
     asyncio.run(run(p.parse_args()))
 
 
