@@ -6,20 +6,24 @@ says which scope the graph holds, so an escaped part never holds a ``:`` and the
 name is injective: two different (app, user, session) triples never share a graph,
 and an app's, a user's and a session's graph never share a name either.
 
-Nodes:
+Nodes of a session's graph, one chain in append order:
 
-- a session opens with one ``system`` node (no parents), payload
-  ``{"adk": "session", "app", "user", "id"}``;
-- an event is one node of the runtime's kind (:func:`event_kind`) whose parents are
-  the previous event (or the opening node) and the state nodes written with it; its
-  payload is the event as ADK's own JSON (``model_dump(mode="json")``) without
-  ``None`` and default values, and without ``timestamp`` when ``createdAt`` holds it
-  exactly (:func:`time_text`);
-- a state delta is one ``resource`` node per changed key, key ``state:<key>``
-  (``app:``/``user:`` prefixes removed in the app's and user's graphs), payload
-  ``{"value": v}`` in the session's graph (its parent is the event that set it) and
-  ``{"value": v, "session": id, "event": event id}`` in the app's and user's graphs.
-  ``temp:`` keys are never stored.
+- the session opens with one ``system`` node (no parents), payload
+  ``{"adk": "session", "app", "user", "id", "life", "state"}`` (``life``: a random id
+  of this life of the session; ``state``: its initial session-scoped state);
+- an event is one node of the runtime's kind (:func:`event_kind`) whose parent is the
+  node before it; its payload is the event as ADK's own JSON
+  (``model_dump(mode="json")``) without ``None`` and default values, and without
+  ``timestamp`` when ``createdAt`` holds it exactly (:func:`time_text`);
+- the session's state is the resource key ``state`` (:data:`SESSION_STATE_KEY`): the
+  opening node is its first version and every event whose delta changes
+  session-scoped keys is a later version (its payload's ``actions.state_delta`` is the
+  change), linked to the version before; the state at any point is the fold of the
+  versions up to it (:func:`fold_state`);
+- an ``app:`` or ``user:`` key of a delta is one ``resource`` node of the key
+  ``state:<key>`` (prefix removed) in the app's or user's graph, payload
+  ``{"value": v, "session": id, "event": event id}``, linked to the key's version
+  before. ``temp:`` keys are never stored.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import calendar
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,6 +41,7 @@ from pydantic_core import to_jsonable_python
 
 __all__ = [
     "APP_PREFIX",
+    "SESSION_STATE_KEY",
     "STATE_KEY_PREFIX",
     "TEMP_PREFIX",
     "USER_PREFIX",
@@ -45,9 +50,11 @@ __all__ = [
     "encode_event",
     "event_kind",
     "event_time",
+    "fold_state",
     "json_safe",
     "opening_time",
     "session_graph",
+    "session_part",
     "session_prefix",
     "split_delta",
     "split_session_graph",
@@ -61,7 +68,9 @@ APP_PREFIX = "app:"
 USER_PREFIX = "user:"
 TEMP_PREFIX = "temp:"
 STATE_KEY_PREFIX = "state:"
-"""The resource key of a state key ``k`` is ``state:k``."""
+"""In an app's or user's graph, the resource key of a state key ``k`` is ``state:k``."""
+SESSION_STATE_KEY = "state"
+"""In a session's graph, the resource key whose versions change the session's state."""
 
 _MAX_EPOCH = 253402300800.0
 """Year 10000: ``createdAt`` has four-digit years."""
@@ -191,10 +200,16 @@ def event_kind(event: Event) -> str:
 
 
 def encode_event(event: Event) -> tuple[dict[str, Any], str]:
-    """(payload, createdAt) of an event's node."""
+    """(payload, createdAt) of an event's node. The state delta's values are made
+    JSON-safe (:func:`json_safe`), ``None`` values kept."""
     payload: dict[str, Any] = event.model_dump(
         mode="json", exclude_none=True, exclude_defaults=True, fallback=str
     )
+    delta = event.actions.state_delta
+    if delta:
+        payload.setdefault("actions", {})["state_delta"] = {
+            k: json_safe(v) for k, v in delta.items()
+        }
     created_at = time_text(event.timestamp)
     if created_at is None:
         payload["timestamp"] = event.timestamp
@@ -202,6 +217,23 @@ def encode_event(event: Event) -> tuple[dict[str, Any], str]:
     else:
         payload.pop("timestamp", None)
     return payload, created_at
+
+
+def session_part(delta: Mapping[str, Any]) -> dict[str, Any]:
+    """The session-scoped keys of a stored delta (no ``app:``, ``user:``, ``temp:``)."""
+    return {
+        k: v for k, v in delta.items() if not k.startswith((APP_PREFIX, USER_PREFIX, TEMP_PREFIX))
+    }
+
+
+def fold_state(deltas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The session-scoped state after the versions of the ``state`` key, oldest first
+    (the opening node's initial state, then each event's delta): the last value of each
+    key wins, a ``None`` value included."""
+    state: dict[str, Any] = {}
+    for delta in deltas:
+        state.update(session_part(delta))
+    return state
 
 
 def opening_time(ts: float) -> tuple[dict[str, Any], str]:

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, LiteralString, Self
@@ -35,6 +35,7 @@ import cwstore
 
 from ._mapping import (
     APP_PREFIX,
+    SESSION_STATE_KEY,
     STATE_KEY_PREFIX,
     USER_PREFIX,
     app_graph,
@@ -42,6 +43,7 @@ from ._mapping import (
     encode_event,
     event_kind,
     event_time,
+    fold_state,
     opening_time,
     session_graph,
     session_prefix,
@@ -68,15 +70,15 @@ def _q(name: str) -> LiteralString:
     return _Q[name]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Memo:
-    """What the service knows of a session graph at one length: the next event's
-    parents and the head of each session state key."""
+    """What the service knows of a session graph at one length: its last node (the
+    next event's parent) and the head of its key ``state``."""
 
     incarnation: int
     length: int
-    parents: list[str]
-    heads: dict[str, str] = field(default_factory=dict)
+    last: str
+    state_head: str
 
 
 def _marker(incarnation: int, length: int) -> str:
@@ -173,37 +175,32 @@ class CwstoreSessionService(BaseSessionService):
         app_delta, user_delta, session_state = split_delta(state or {})
         now = time.time()
         extra, created_at = opening_time(now)
-        opening: dict[str, Any] = {
+        payload: dict[str, Any] = {
+            "adk": "session",
+            "app": app_name,
+            "user": user_id,
+            "id": sid,
+            "life": uuid.uuid4().hex,
+            "state": session_state,
+            **extra,
+        }
+        opening = {
             "kind": "system",
             "parents": [],
-            "payload": {
-                "adk": "session",
-                "app": app_name,
-                "user": user_id,
-                "id": sid,
-                "life": uuid.uuid4().hex,
-                **extra,
-            },
+            "payload": payload,
             "createdAt": created_at,
+            "resourceKey": SESSION_STATE_KEY,
         }
-        opening_id = cwstore.compute_id("system", [], opening["payload"])
-        nodes, heads = _state_nodes(session_state, [opening_id], {}, created_at, None)
+        opening_id = cwstore.compute_id("system", [], payload, SESSION_STATE_KEY)
         try:
-            await self.store.append(graph, [opening, *nodes], expected_length=0)
+            await self.store.append(graph, [opening], expected_length=0)
         except cwstore.LengthConflictError:
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
-        shared = await self._write_shared(app_name, user_id, app_delta, user_delta, sid, None)
-        async with self.store.connection() as conn:
-            row = await conn.fetchrow(_q("session"), graph, "", "", 0, None)
-        assert row is not None
-        memo = _Memo(
-            int(row["incarnation"]),
-            1 + len(nodes),
-            [opening_id, *(n["id"] for n in nodes)],
-            heads,
+        app_state, user_state, incarnation = await self._write_shared(
+            app_name, user_id, app_delta, user_delta, sid, None, graph
         )
+        memo = _Memo(incarnation, 1, opening_id, opening_id)
         self._remember(graph, memo)
-        app_state, user_state = shared
         session = Session(
             id=sid,
             app_name=app_name,
@@ -242,39 +239,35 @@ class CwstoreSessionService(BaseSessionService):
         head = next((r for r in rows if r["part"] == "graph"), None)
         if head is None:
             return None
-        scopes: dict[str, dict[str, Any]] = {"session": {}, "app": {}, "user": {}}
-        key_heads: dict[str, str] = {}
-        parents: list[tuple[int, str]] = []
+        scopes: dict[str, dict[str, Any]] = {"app": {}, "user": {}}
+        versions: list[tuple[int, str, Any]] = []
         events: list[tuple[int, Event]] = []
         for r in rows:
             part = r["part"]
             if part == "state":
                 key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
                 scopes[str(r["scope"])][key] = _value(r["payload_text"])
-                if r["scope"] == "session":
-                    key_heads[str(r["key"])] = str(r["id"])
-            elif part == "head":
-                parents.append((int(r["seq"]), str(r["id"])))
+            elif part == "version":
+                versions.append((int(r["seq"]), str(r["id"]), _delta_of(r["payload_text"])))
             elif part == "event":
                 event = decode_event(r["payload_text"], r["created_at_text"])
                 if after is None or event.timestamp >= after:
                     events.append((int(r["seq"]), event))
         events.sort(key=lambda e: e[0])
+        versions.sort(key=lambda v: v[0])
         memo = _Memo(
-            int(head["incarnation"]),
-            int(head["length"]),
-            [i for _, i in sorted(parents)],
-            key_heads,
+            int(head["incarnation"]), int(head["length"]), str(head["id"]), versions[-1][1]
         )
         self._remember(graph, memo)
-        last = orjson.loads(head["payload_text"])
         session = Session(
             id=sid,
             app_name=app_name,
             user_id=user_id,
-            state=_merge(scopes["app"], scopes["user"], scopes["session"]),
+            state=_merge(scopes["app"], scopes["user"], fold_state(v for _, _, v in versions)),
             events=[e for _, e in events],
-            last_update_time=event_time(head["created_at_text"], last),
+            last_update_time=event_time(
+                head["created_at_text"], orjson.loads(head["payload_text"])
+            ),
         )
         session._storage_update_marker = _marker(memo.incarnation, memo.length)
         return session
@@ -289,12 +282,15 @@ class CwstoreSessionService(BaseSessionService):
         async with self.store.snapshot() as conn:
             rows = await conn.fetch(_q("sessions"), prefix, users, user_id is not None, app)
         states: dict[str, dict[str, Any]] = {}
+        versions: dict[str, list[tuple[int, Any]]] = {}
         found: list[tuple[float, str, str, str, int, int]] = []
         for r in rows:
             name = str(r["name"])
             if r["part"] == "state":
                 key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
                 states.setdefault(name, {})[key] = _value(r["payload_text"])
+            elif r["part"] == "version":
+                versions.setdefault(name, []).append((int(r["seq"]), _delta_of(r["payload_text"])))
             else:
                 _, user, sid = split_session_graph(name)
                 last = orjson.loads(r["payload_text"])
@@ -319,7 +315,7 @@ class CwstoreSessionService(BaseSessionService):
                 state=_merge(
                     app_state,
                     states.get(user_graph(app_name, user), {}),
-                    states.get(name, {}),
+                    fold_state(d for _, d in sorted(versions.get(name, []), key=lambda v: v[0])),
                 ),
                 last_update_time=updated,
             )
@@ -360,16 +356,17 @@ class CwstoreSessionService(BaseSessionService):
         app_delta, user_delta, session_delta = split_delta(event.actions.state_delta or {})
         payload, created_at = encode_event(event)
         kind = event_kind(event)
-        parents = sorted(set(memo.parents))
-        event_id = cwstore.compute_id(kind, parents, payload)
-        node = {"kind": kind, "parents": parents, "payload": payload, "createdAt": created_at}
-        nodes, heads = _state_nodes(session_delta, [event_id], memo.heads, created_at, None)
+        node: dict[str, Any] = {"kind": kind, "payload": payload, "createdAt": created_at}
+        if session_delta:
+            parents = sorted({memo.last, memo.state_head})
+            node["resourceKey"] = SESSION_STATE_KEY
+        else:
+            parents = [memo.last]
+        node["parents"] = parents
+        event_id = cwstore.compute_id(kind, parents, payload, node.get("resourceKey"))
         try:
             await self.store.append(
-                graph,
-                [node, *nodes],
-                expected_length=memo.length,
-                incarnation=memo.incarnation,
+                graph, [node], expected_length=memo.length, incarnation=memo.incarnation
             )
         except cwstore.LengthConflictError:
             self._memo.pop(graph, None)
@@ -377,14 +374,14 @@ class CwstoreSessionService(BaseSessionService):
         except (cwstore.GraphErasedError, cwstore.UnknownGraphError):
             self._memo.pop(graph, None)
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        length = memo.length + 1 + len(nodes)
+        length = memo.length + 1
         self._remember(
             graph,
             _Memo(
                 memo.incarnation,
                 length,
-                [event_id, *(n["id"] for n in nodes)],
-                {**memo.heads, **heads},
+                event_id,
+                event_id if session_delta else memo.state_head,
             ),
         )
         if app_delta or user_delta:
@@ -408,11 +405,9 @@ class CwstoreSessionService(BaseSessionService):
         head = next((r for r in rows if r["part"] == "graph"), None)
         if head is None:
             raise SessionNotFoundError(f"Session {session.id} not found.")
+        versions = sorted((int(r["seq"]), str(r["id"])) for r in rows if r["part"] == "version")
         stored = _Memo(
-            int(head["incarnation"]),
-            int(head["length"]),
-            [str(r["id"]) for r in sorted(rows, key=lambda r: r["seq"]) if r["part"] == "head"],
-            {str(r["key"]): str(r["id"]) for r in rows if r["part"] == "state"},
+            int(head["incarnation"]), int(head["length"]), str(head["id"]), versions[-1][1]
         )
         if marker is not None:
             if marker[0] != stored.incarnation:
@@ -435,11 +430,13 @@ class CwstoreSessionService(BaseSessionService):
         user_delta: Mapping[str, Any],
         session_id: str,
         event_id: str | None,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        session: str | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any], int]:
         """Append the app's and user's state deltas to their graphs (each key's new
         version linked to its head; a concurrent writer's chain conflict is read again
-        and retried). Returns the two scopes' whole state after, when ``event_id`` is
-        ``None`` (a session being created), else two empty dicts."""
+        and retried). When ``session`` (a session graph being created) is given, returns
+        the two scopes' whole state after and that graph's incarnation; else two empty
+        dicts and 0."""
         source = {"session": session_id, **({"event": event_id} if event_id else {})}
         now = opening_time(time.time())[1]
         for graph, delta in (
@@ -460,17 +457,25 @@ class CwstoreSessionService(BaseSessionService):
                 except cwstore.ChainConflictError:
                     if attempt == _SHARED_RETRIES - 1:
                         raise
-        if event_id is not None:
-            return {}, {}
+        if session is None:
+            return {}, {}, 0
         async with self.store.connection() as conn:
             rows = await conn.fetch(
-                _q("scoped_state"), app_graph(app_name), user_graph(app_name, user_id)
+                _q("session"), session, app_graph(app_name), user_graph(app_name, user_id), 0, None
             )
         scopes: dict[str, dict[str, Any]] = {"app": {}, "user": {}}
+        incarnation = 0
         for r in rows:
-            key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
-            scopes[str(r["scope"])][key] = _value(r["payload_text"])
-        return scopes["app"], scopes["user"]
+            if r["part"] == "graph":
+                incarnation = int(r["incarnation"])
+            elif r["part"] == "state":
+                key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
+                scopes[str(r["scope"])][key] = _value(r["payload_text"])
+        return scopes["app"], scopes["user"], incarnation
+
+
+def _delta_of(text: str | None) -> Any:
+    return {} if text is None else orjson.loads(text)
 
 
 def _state_nodes(

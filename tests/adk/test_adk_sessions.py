@@ -234,17 +234,27 @@ async def test_a_session_is_a_graph(service: CwstoreSessionService, app: str) ->
     state = await service.store.replay(graph)
     kinds = [(n.kind, n.resource_key) for n in state.nodes]
     assert kinds == [
-        ("system", None),
-        ("resource", "state:k"),
+        ("system", "state"),
         ("goal", None),
         ("tool_call", None),
-        ("tool_result", None),
-        ("resource", "state:k"),
+        ("tool_result", "state"),
         ("answer", None),
     ]
-    # The state as of the first event: a point-in-time read of the key's chain.
-    past = await service.store.project(graph, as_of=3)
-    assert past.resources["state:k"].version == 1
+    ids = [n.id for n in state.nodes]
+    # A chain in append order; a state version also links to the version before.
+    assert [list(n.parents) for n in state.nodes] == [
+        [],
+        [ids[0]],
+        [ids[1]],
+        sorted([ids[2], ids[0]]),
+        [ids[3]],
+    ]
+    # The state's versions: the opening's initial state, then the tool result's delta;
+    # as of the first event only the first.
+    assert (await service.store.project(graph, as_of=2)).resources["state"].version == 1
+    assert (await service.store.project(graph)).resources["state"].version == 2
+    got = await service.get_session(app_name=app, user_id="u", session_id=s.id)
+    assert got is not None and got.state == {"k": 1}
     async with service.store.connection() as conn:
         texts = await conn.fetch(
             "SELECT n.payload -> 'content' -> 'parts' -> 0 ->> 'text' AS text"
