@@ -204,6 +204,16 @@ async def test_events_round_trip(service: CwstoreSessionService, app: str) -> No
     assert await service.get_session(app_name=app, user_id="u", session_id=s.id) == s
 
 
+async def test_a_value_json_cannot_hold_is_its_str(
+    service: CwstoreSessionService, app: str
+) -> None:
+    s = await service.create_session(app_name=app, user_id="u")
+    await service.append_event(s, Event(author="user", actions=_delta(f=len, ok=2)))
+    got = await service.get_session(app_name=app, user_id="u", session_id=s.id)
+    assert got is not None and got.state["ok"] == 2 and isinstance(got.state["f"], str)
+    assert got.events[0].actions.state_delta == got.state
+
+
 async def test_list_sessions(service: CwstoreSessionService, app: str) -> None:
     for sid, user in (("a", "u1"), ("b", "u1"), ("c", "u2")):
         await service.create_session(app_name=app, user_id=user, session_id=sid, state={"s": sid})
