@@ -3,8 +3,10 @@
 Public names only; everything else is private and may move.
 """
 
+from ._rows import node_from_row
 from ._sql import named_queries
 from ._store_base import NodeLike, StateLike
+from .appending import PreparedAppend, prepare_append
 from .document import KINDS, AgentState, CausalNode, Vocabulary, fold_frontier, validate
 from .drivers._protocol import AsyncConnection, AsyncListener, Connection, Listener, Row
 from .errors import (
@@ -79,6 +81,7 @@ __all__ = [
     "NodeLike",
     "NodeRef",
     "PermissionDeniedError",
+    "PreparedAppend",
     "Projection",
     "ResourceHead",
     "Row",
@@ -98,5 +101,7 @@ __all__ = [
     "connect_sync",
     "fold_frontier",
     "named_queries",
+    "node_from_row",
+    "prepare_append",
     "validate",
 ]

@@ -49,9 +49,15 @@ def graph_info(row: Row) -> GraphInfo:
 
 
 def node_from_row(row: Row) -> CausalNode:
-    """A stored node's row (columns ``seq, id, kind, parents, payload_text,
-    created_at_text, resource_key``, as the tail queries return) as the runtime's node,
-    its payload parsed from its exact text."""
+    """A stored node as the runtime's :class:`CausalNode`, from a row holding the columns
+    of ``cwstore.nodes`` (or ``cwstore.node_view``) by these names: ``seq``, ``id``,
+    ``kind``, ``parents`` (``text[]``), ``payload_text`` (the exact JSON text stored),
+    ``created_at_text`` and ``resource_key``; other columns are ignored.
+
+    The payload is parsed from its exact text (numbers and member order as stored); the
+    node is not validated again (the database checked it when it was written). A row
+    without one of the columns raises the driver's lookup error (``KeyError`` or
+    ``IndexError``): a query error, not bad data."""
     return CausalNode.model_construct(
         id=row["id"],
         kind=row["kind"],

@@ -34,13 +34,11 @@ from ._args import (
     check_expected_length,
     check_graph_name,
     check_idle,
-    check_incarnation,
     check_key,
     check_poll_interval,
     check_pooler,
     check_read_length,
     check_reason,
-    check_retention_group,
     check_tenant,
     tenant_settings,
     timeout_settings,
@@ -66,9 +64,9 @@ from ._store_base import (
     ImportPlan,
     NodeLike,
     StateLike,
-    prepare_batch,
     q,
 )
+from .appending import prepare_append
 from .document import AgentState, CausalNode, Vocabulary
 from .drivers._protocol import Connection, Listener, Pool, Row
 from .dsn import resolve_dsn
@@ -78,7 +76,6 @@ from .errors import (
     SchemaNotReadyError,
     UnknownGraphError,
     ValidationError,
-    renumber,
 )
 from .results import (
     Cursor,
@@ -233,7 +230,9 @@ class Store:
 
         What an integration (the LangGraph saver, the view, a framework's session) runs
         beside the store's own calls: ``$1, $2`` placeholders for either driver, rows read
-        by column name, every error a :class:`cwstore.Error` mapped from its SQLSTATE, and
+        by column name, every error a :class:`cwstore.Error` mapped from its SQLSTATE
+        (raised by the statement that failed, here and in :meth:`snapshot`,
+        :meth:`transaction` and :meth:`follower`; never the driver's exception), and
         this store's bounds in effect (its tenant, statement timeout and client check; a
         store made with ``pooler="transaction"`` sets them per transaction, so use
         :meth:`snapshot` or :meth:`transaction` there for statements that need them).
@@ -254,7 +253,12 @@ class Store:
     def transaction(self) -> Iterator[Connection]:
         """A connection (as :meth:`connection`) inside a read-write transaction,
         committed when the block ends and rolled back when it raises (or the task is
-        cancelled): several calls of the SQL API that must land together."""
+        cancelled): several calls of the SQL API that must land together. A statement
+        that fails aborts the transaction: a block that catches its error and goes on
+        commits nothing (PostgreSQL rolls it back at the end).
+
+        To append in it, send :func:`cwstore.prepare_append`'s arguments to
+        ``cwstore.append_v1`` (docs/integrations.md)."""
         with self._pool.connection() as conn, conn.transaction():
             yield conn
 
@@ -264,6 +268,22 @@ class Store:
         store's bounds. Its ``wait(timeout)`` returns when something may have been
         written; read what is new with :meth:`connection`."""
         return self._pool.listener()
+
+    def migrate_schema(self) -> list[int]:
+        """Bring this store's database schema to the current migration, as ``cwstore
+        init`` does (and opening a store with ``migrate_schema=True``), on a connection
+        of its own (closed after) to this store's DSN, in its pooler mode: idempotent,
+        and safe when many processes run it at once. Returns the migration versions it applied, in
+        order (empty when the schema was current; on a fresh database, every version).
+
+        Raises :class:`MigrationError` when a migration cannot be applied (another
+        migration chain, a changed migration file, a lock not granted in time, a failed
+        step, which is rolled back) and a :class:`cwstore.Error` when the server cannot
+        be reached.
+        """
+        from ._migrate_sync import migrate_dsn
+
+        return list((migrate_dsn(self.dsn, pooled=self._pool.pooled)).applied)
 
     def _graph(self, conn: Connection, graph: str) -> Row:
         check_graph_name(graph)
@@ -393,24 +413,25 @@ class Store:
         retention_group: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[Row]]:
         """:meth:`append`'s batch and the rows ``append_v1`` returned for it."""
-        check_graph_name(graph)
-        check_expected_length(expected_length)
-        check_incarnation(incarnation)
-        if retention_group is not None:
-            check_retention_group(retention_group)
-        batch = prepare_batch(nodes, frontier)
-        args = (graph, batch.json, expected_length, batch.frontier_json, incarnation)
+        prepared = prepare_append(
+            graph,
+            nodes,
+            expected_length=expected_length,
+            frontier=frontier,
+            incarnation=incarnation,
+            retention_group=retention_group,
+        )
         try:
             with self._pool.connection() as conn:
-                if retention_group is None:
-                    rows = conn.fetch(q("append"), *args)
+                if prepared.retention_group is None:
+                    rows = conn.fetch(q("append"), *prepared.args)
                 else:
                     with conn.transaction():
-                        conn.execute(q("set_retention_group"), retention_group)
-                        rows = conn.fetch(q("append"), *args)
+                        conn.execute(q("set_retention_group"), prepared.retention_group)
+                        rows = conn.fetch(q("append"), *prepared.args)
         except ValidationError as exc:
-            raise renumber(exc, [n.get("id", "") for n in batch.nodes]) from exc.__cause__
-        return batch.nodes, rows
+            raise prepared.renumbered(exc) from exc.__cause__
+        return prepared.nodes, rows
 
     def save(
         self, graph: str, state: StateLike, *, expected_length: int | None = None

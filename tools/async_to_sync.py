@@ -42,7 +42,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NAMES: Final = {
     "AsyncStore": "Store",
     "connect": "connect_sync",
-    "store_async": "store",
     "_migrate_async": "_migrate_sync",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
@@ -57,6 +56,7 @@ NAMES: Final = {
     "__aexit__": "__exit__",
     "AsyncCwstoreSaver": "CwstoreSaver",
     "aget_tuple": "get_tuple",
+    "anext": "next",
     "alist": "list",
     "aput": "put",
     "aput_writes": "put_writes",

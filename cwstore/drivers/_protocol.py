@@ -46,14 +46,30 @@ opens: while a statement runs (a lock wait included) the server checks this ofte
 the client is still connected, and ends the backend when it is gone."""
 
 
+INDEX_PLANS = {"enable_seqscan": "off"}
+"""The planner settings of every direct connection cwstore opens: each lookup cwstore
+makes has an index, and a plan made while a table was small (the generic plan of a
+prepared statement or of a plpgsql function, kept for the connection's life) would
+otherwise go on reading the whole table as it grows. Off is a penalty, not a ban: a
+query with no usable index still scans."""
+
+
 def session_bounds(settings: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The session settings of a direct connection: the client check, then ``settings``
-    (a store's tenant and statement timeout)."""
-    return {"client_connection_check_interval": CLIENT_CHECK_INTERVAL, **(settings or {})}
+    """The session settings of a direct connection: the client check and
+    :data:`INDEX_PLANS`, then ``settings`` (a store's tenant and statement timeout)."""
+    return {
+        "client_connection_check_interval": CLIENT_CHECK_INTERVAL,
+        **INDEX_PLANS,
+        **(settings or {}),
+    }
 
 
 class AsyncConnection(Protocol):
-    """A connection borrowed from an :class:`AsyncPool`, in autocommit mode."""
+    """A connection borrowed from an :class:`AsyncPool`, in autocommit mode.
+
+    Every statement (and a transaction's begin and commit) raises a driver error as the
+    :class:`cwstore.Error` it maps to, at the statement: an integration catches cwstore's
+    errors inside its block, never the driver's."""
 
     async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
         """Every row of ``query`` (an empty list when it returns none)."""
@@ -121,6 +137,9 @@ class AsyncPool(Protocol):
     dsn: str
     """The connection string the pool opened, as the driver takes it."""
 
+    pooled: bool
+    """Whether ``dsn`` leads to a transaction-mode pooler."""
+
     def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Borrow a connection; every driver error inside the block leaves as a
         cwstore error."""
@@ -173,6 +192,7 @@ class Pool(Protocol):
     """The sync twin of :class:`AsyncPool`."""
 
     dsn: str
+    pooled: bool
 
     def connection(self) -> AbstractContextManager[Connection]: ...
 

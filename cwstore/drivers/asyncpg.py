@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from typing import Any, LiteralString, TypeAlias, cast
 
 import asyncpg
@@ -114,17 +114,36 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 class AsyncpgConnection:
-    """An asyncpg connection behind the :class:`AsyncConnection` protocol."""
+    """An asyncpg connection behind the :class:`AsyncConnection` protocol.
+
+    ``mapped``: each statement (and each transaction's begin and end) raises a driver
+    error as the cwstore error it maps to (:func:`wrap`), where it happens; the pool's
+    connections and followers are mapped. Unmapped (the migration runner's), driver
+    errors leave as the driver raised them."""
 
     def __init__(
         self,
         raw: asyncpg.Connection | PoolConnectionProxy,
         local_settings: Mapping[str, str] | None = None,
+        *,
+        mapped: bool = False,
     ) -> None:
         self.raw = raw
         # Settings applied in every transaction (through a pooler, where a session
         # setting would stay with a server connection other clients get next).
         self._local = dict(local_settings or {})
+        self._mapped = mapped
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Driver errors of the block as cwstore errors, when this connection is mapped."""
+        if not self._mapped:
+            yield
+            return
+        try:
+            yield
+        except _ERRORS as exc:
+            raise wrap(exc) from exc
 
     @asynccontextmanager
     async def _scope(self) -> AsyncIterator[None]:
@@ -141,24 +160,29 @@ class AsyncpgConnection:
         await self.raw.execute(_LOCAL_SETTINGS, list(self._local), list(self._local.values()))
 
     async def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
-        async with self._scope():
-            return cast("list[Row]", await self.raw.fetch(query, *args))
+        with self._errors():
+            async with self._scope():
+                return cast("list[Row]", await self.raw.fetch(query, *args))
 
     async def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
-        async with self._scope():
-            return await self.raw.fetchrow(query, *args)
+        with self._errors():
+            async with self._scope():
+                return await self.raw.fetchrow(query, *args)
 
     async def fetchval(self, query: LiteralString, *args: Any) -> Any:
-        async with self._scope():
-            return await self.raw.fetchval(query, *args)
+        with self._errors():
+            async with self._scope():
+                return await self.raw.fetchval(query, *args)
 
     async def execute(self, query: LiteralString, *args: Any) -> None:
-        async with self._scope():
-            await self.raw.execute(query, *args)
+        with self._errors():
+            async with self._scope():
+                await self.raw.execute(query, *args)
 
     async def execute_script(self, script: LiteralString) -> None:
         """Run a multi-statement script (never prepared, no parameters)."""
-        await self.raw.execute(script)
+        with self._errors():
+            await self.raw.execute(script)
 
     def in_transaction(self) -> bool:
         """Whether a transaction is open on the connection."""
@@ -171,10 +195,11 @@ class AsyncpgConnection:
             tx = self.raw.transaction(isolation="repeatable_read", readonly=True)
         else:
             tx = self.raw.transaction()
-        async with tx:
-            if self._local and not nested:
-                await self._apply_local()
-            yield
+        with self._errors():
+            async with tx:
+                if self._local and not nested:
+                    await self._apply_local()
+                yield
 
     async def copy_records(
         self,
@@ -184,6 +209,17 @@ class AsyncpgConnection:
         records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
+    ) -> None:
+        with self._errors():
+            await self._copy_chunks(schema, table, columns, records, chunk_rows)
+
+    async def _copy_chunks(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[CopyRecord],
+        chunk_rows: int | None,
     ) -> None:
         if chunk_rows is None:
             await self._copy(schema, table, columns, _streamed(records))
@@ -265,7 +301,7 @@ class AsyncpgListener(AsyncpgConnection):
     arrives)."""
 
     def __init__(self, raw: asyncpg.Connection, interval: float | None) -> None:
-        super().__init__(raw)
+        super().__init__(raw, mapped=True)
         self._event = asyncio.Event()
         self._payloads: list[str] | None = []
         self.interval = interval
@@ -419,7 +455,7 @@ class AsyncpgPool:
     async def connection(self) -> AsyncIterator[AsyncpgConnection]:
         try:
             async with self._pool.acquire() as raw:
-                yield AsyncpgConnection(raw, self._local)
+                yield AsyncpgConnection(raw, self._local, mapped=True)
         except _ERRORS as exc:
             raise wrap(exc) from exc
 

@@ -123,15 +123,36 @@ class _AbortCopy(Exception):
 
 
 class PsycopgConnection:
-    """A psycopg connection behind the :class:`Connection` protocol."""
+    """A psycopg connection behind the :class:`Connection` protocol.
+
+    ``mapped``: each statement (and each transaction's begin and end) raises a driver
+    error as the cwstore error it maps to (:func:`wrap`), where it happens; the pool's
+    connections and followers are mapped. Unmapped (the migration runner's), driver
+    errors leave as the driver raised them."""
 
     def __init__(
-        self, raw: psycopg.Connection[Any], local_settings: Mapping[str, str] | None = None
+        self,
+        raw: psycopg.Connection[Any],
+        local_settings: Mapping[str, str] | None = None,
+        *,
+        mapped: bool = False,
     ) -> None:
         self.raw = raw
         # Settings applied in every transaction (through a pooler, where a session
         # setting would stay with a server connection other clients get next).
         self._local = dict(local_settings or {})
+        self._mapped = mapped
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Driver errors of the block as cwstore errors, when this connection is mapped."""
+        if not self._mapped:
+            yield
+            return
+        try:
+            yield
+        except _ERRORS as exc:
+            raise wrap(exc) from exc
 
     def _cursor(self) -> psycopg.RawCursor[NamedRow]:
         # $1 placeholders and named rows, whatever the connection's own factories.
@@ -153,25 +174,25 @@ class PsycopgConnection:
             cur.execute(_LOCAL_SETTINGS, (list(self._local), list(self._local.values())))
 
     def fetch(self, query: LiteralString, *args: Any) -> list[Row]:
-        with self._scope(), self._cursor() as cur:
+        with self._errors(), self._scope(), self._cursor() as cur:
             return cast("list[Row]", cur.execute(query, args).fetchall())
 
     def fetchrow(self, query: LiteralString, *args: Any) -> Row | None:
-        with self._scope(), self._cursor() as cur:
+        with self._errors(), self._scope(), self._cursor() as cur:
             return cur.execute(query, args).fetchone()
 
     def fetchval(self, query: LiteralString, *args: Any) -> Any:
-        with self._scope(), self._cursor() as cur:
+        with self._errors(), self._scope(), self._cursor() as cur:
             row = cur.execute(query, args).fetchone()
         return None if row is None else row[0]
 
     def execute(self, query: LiteralString, *args: Any) -> None:
-        with self._scope(), self._cursor() as cur:
+        with self._errors(), self._scope(), self._cursor() as cur:
             cur.execute(query, args)
 
     def execute_script(self, script: LiteralString) -> None:
         """Run a multi-statement script (never prepared, no parameters)."""
-        with self._cursor() as cur:
+        with self._errors(), self._cursor() as cur:
             cur.execute(script, prepare=False)
 
     def in_transaction(self) -> bool:
@@ -181,7 +202,7 @@ class PsycopgConnection:
     @contextmanager
     def transaction(self, *, snapshot: bool = False) -> Iterator[None]:
         nested = self.in_transaction()
-        with self.raw.transaction():
+        with self._errors(), self.raw.transaction():
             if snapshot and not nested:
                 with self._cursor() as cur:
                     cur.execute(_Q["read_snapshot"])
@@ -197,6 +218,17 @@ class PsycopgConnection:
         records: Iterable[CopyRecord],
         *,
         chunk_rows: int | None = None,
+    ) -> None:
+        with self._errors():
+            self._copy_chunks(schema, table, columns, records, chunk_rows)
+
+    def _copy_chunks(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[CopyRecord],
+        chunk_rows: int | None,
     ) -> None:
         if chunk_rows is None:
             self._copy(schema, table, columns, records)
@@ -324,15 +356,16 @@ class PsycopgListener(PsycopgConnection):
     arrives)."""
 
     def __init__(self, raw: psycopg.Connection[Any], interval: float | None) -> None:
-        super().__init__(raw)
+        super().__init__(raw, mapped=True)
         self.interval = interval
 
     def wait(self, timeout: float) -> list[str]:
         if self.interval is not None:
             time.sleep(self.interval)
             return []
-        select.select([self.raw.fileno()], [], [], timeout)
-        payloads = [n.payload for n in self.raw.notifies(timeout=0)]
+        with self._errors():
+            select.select([self.raw.fileno()], [], [], timeout)
+            payloads = [n.payload for n in self.raw.notifies(timeout=0)]
         return [] if len(payloads) > MAX_PAYLOADS else payloads
 
 
@@ -456,7 +489,7 @@ class PsycopgPool:
     def connection(self) -> Iterator[PsycopgConnection]:
         try:
             with self._pool.connection() as raw:
-                yield PsycopgConnection(raw, self._local)
+                yield PsycopgConnection(raw, self._local, mapped=True)
         except _ERRORS as exc:
             raise wrap(exc) from exc
 

@@ -32,6 +32,37 @@
 -- Idempotent: a table already distributed, or a function already distributed, is left
 -- as it is. Needs the citus extension and at least one worker (citus_add_node).
 
+-- Each shard keeps no planner statistics of a column its table keeps none of (the
+-- content columns, 20_tables.sql): a table distributed before migration 0008 had its
+-- shards made without those targets, and Citus does not carry SET STATISTICS to shards.
+-- First in this file, before this transaction locks any shard: run_command_on_shards
+-- works on connections of its own (what it sets stays even if a later step fails).
+DO $shard_stats$
+DECLARE
+  t record;
+  v_super boolean := (SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = current_user);
+BEGIN
+  FOR t IN SELECT p.logicalrelid AS rel,
+                  string_agg(format('ALTER COLUMN %I SET STATISTICS 0', a.attname), ', '
+                             ORDER BY a.attnum) AS alters
+             FROM pg_catalog.pg_dist_partition p
+             JOIN pg_catalog.pg_class r ON r.oid = p.logicalrelid
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = p.logicalrelid
+            WHERE r.relnamespace = 'cwstore'::regnamespace AND p.partmethod = 'h'
+              AND a.attnum > 0 AND NOT a.attisdropped AND a.attstattarget = 0
+            GROUP BY p.logicalrelid LOOP
+    PERFORM count(*) FROM run_command_on_shards(t.rel, 'ALTER TABLE %s ' || t.alters);
+    IF v_super THEN
+      PERFORM count(*) FROM run_command_on_shards(t.rel,
+        'DELETE FROM pg_catalog.pg_statistic s USING pg_catalog.pg_attribute a'
+        ' WHERE a.attrelid = ''%s''::regclass AND s.starelid = a.attrelid'
+        ' AND s.staattnum = a.attnum AND a.attstattarget = 0');
+    END IF;
+  END LOOP;
+END
+$shard_stats$;
+
 SET LOCAL citus.enable_unsafe_triggers = on;
 SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 

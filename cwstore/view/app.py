@@ -26,7 +26,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, LiteralString
 
@@ -38,7 +38,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import (
+from cwstore import (
+    AsyncConnection,
     AsyncStore,
     CausalNode,
     DatabaseError,
@@ -46,20 +47,20 @@ from .. import (
     GraphErasedError,
     InputError,
     PermissionDeniedError,
+    Row,
     StoreTimeoutError,
     UnknownGraphError,
     ValidationError,
+    named_queries,
 )
-from .._args import check_time
-from .._sql import queries
-from ..drivers._protocol import AsyncConnection, Row
+
 from .live import Busy, LiveHub
 
 __all__ = ["MAX_WINDOW", "ViewConfig", "create_app", "host_allowed", "psql_set"]
 
 log = logging.getLogger("cwstore.view")
 
-Q: dict[str, LiteralString] = queries(resources.files("cwstore.view"))
+Q: dict[str, LiteralString] = named_queries("cwstore.view")
 MAX_WINDOW = 2000
 MAX_GRAPHS = 500
 RELATIVES_LIMIT = 200
@@ -267,9 +268,14 @@ def _time(request: Request, name: str) -> datetime | None:
         t = datetime.fromisoformat(raw.strip().replace("z", "Z"))
     except ValueError:
         raise InputError(f"parameter {name!r}: {raw!r} is not an RFC 3339 timestamp") from None
-    if t.tzinfo is None:
+    if t.tzinfo is None or t.utcoffset() is None:
         raise InputError(f"parameter {name!r}: {raw!r} needs a zone (Z or +hh:mm)")
-    return check_time(t, f"parameter {name!r}:")
+    try:
+        return t.astimezone(UTC)
+    except OverflowError:
+        raise InputError(
+            f"parameter {name!r}: {raw!r} is out of range (years 1 to 9999 in UTC)"
+        ) from None
 
 
 def psql_set(name: str, value: str | int) -> str:

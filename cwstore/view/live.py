@@ -25,11 +25,15 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 
-from .._rows import node_from_row
-from .._store_base import TAIL_BATCH_BYTES, q
-from ..document import CausalNode
-from ..errors import Error, GraphErasedError, UnknownGraphError
-from ..store_async import AsyncStore
+from cwstore import (
+    AsyncStore,
+    CausalNode,
+    Error,
+    GraphErasedError,
+    UnknownGraphError,
+    named_queries,
+    node_from_row,
+)
 
 __all__ = ["Busy", "LiveHub"]
 
@@ -38,6 +42,9 @@ log = logging.getLogger("cwstore.view")
 POLL_SECONDS = 5.0
 """A stream reads again after this long without a wake-up (a notification is a hint)."""
 _BATCH = 1000
+_BATCH_BYTES = 8 << 20
+"""A read fetches at most this many bytes of payload past its first node."""
+_Q = named_queries("cwstore.view")
 
 
 class Busy(Error):
@@ -108,7 +115,7 @@ class LiveHub:
         woken = asyncio.Event()
         try:
             async with self._store.connection() as conn:
-                g = await conn.fetchrow(q("graph_get"), graph)
+                g = await conn.fetchrow(_Q["view_graph"], graph)
             if g is None:
                 raise UnknownGraphError(graph=graph)
             graph_id, incarnation, last = int(g["graph_id"]), int(g["incarnation"]), after
@@ -119,10 +126,12 @@ class LiveHub:
                 alive = True
                 async with self._store.connection() as conn:
                     rows = await conn.fetch(
-                        q("tail_graph"), graph_id, last, _BATCH, TAIL_BATCH_BYTES, incarnation
+                        _Q["view_live_nodes"], graph_id, last, _BATCH, _BATCH_BYTES, incarnation
                     )
                     if not rows:
-                        alive = bool(await conn.fetchval(q("graph_alive"), graph_id, incarnation))
+                        alive = bool(
+                            await conn.fetchval(_Q["view_graph_alive"], graph_id, incarnation)
+                        )
                 for r in rows:
                     last = int(r["seq"])
                     yield node_from_row(r)

@@ -21,8 +21,31 @@ SELECT CASE WHEN pg_catalog.to_regrole('cwstore_reader') IS NULL THEN false
             ELSE pg_catalog.has_schema_privilege('cwstore_reader', 'cwstore', 'USAGE') END
 
 -- name: view_graph
--- A graph's id and length, if the role may read it.
-SELECT graph_id, length FROM cwstore.find_graph($1)
+-- A graph's id, length and incarnation (its life), if the role may read it.
+SELECT graph_id, length, incarnation FROM cwstore.find_graph($1)
+
+-- name: view_live_nodes
+-- What a live stream sends (the node columns cwstore.node_from_row reads): up to $3
+-- nodes of graph id $1 after sequence $2, in order, and no more than $4 bytes of
+-- payload text past the first (the first node is always sent); none unless life $5
+-- (incarnation) of the graph exists in the same snapshot, so a new life of the name
+-- never shows through.
+SELECT seq, id, kind, parents, payload_text, created_at_text, resource_key
+  FROM (SELECT l.*, sum(octet_length(l.payload_text)) OVER (ORDER BY l.seq)
+                    - octet_length(l.payload_text) AS before
+          FROM (SELECT n.seq, n.id, n.kind, n.parents, n.payload_text, n.created_at_text,
+                       n.resource_key
+                  FROM cwstore.nodes n
+                 WHERE n.graph_id = $1 AND n.seq > $2
+                   AND EXISTS (SELECT 1 FROM cwstore.graphs g
+                                WHERE g.graph_id = $1 AND g.incarnation = $5)
+                 ORDER BY n.seq LIMIT $3) l) x
+ WHERE x.before < $4 OR x.before = 0
+ ORDER BY seq
+
+-- name: view_graph_alive
+-- Whether the life $2 (incarnation) of graph id $1 still exists.
+SELECT EXISTS (SELECT 1 FROM cwstore.graphs WHERE graph_id = $1 AND incarnation = $2)
 
 -- name: view_window_nodes
 -- Nodes $2..$3 of graph id $1, with the first 160 characters of their payload text.

@@ -75,7 +75,14 @@ def test_a_distributed_database_takes_the_later_migrations(
                 "SELECT proconfig FROM pg_proc"
                 " WHERE oid = 'cwstore.append_v1(text, json, bigint, json, bigint)'::regprocedure"
             ).fetchone()
+            shard_targets = conn.execute(
+                "SELECT DISTINCT result FROM run_command_on_shards('cwstore.nodes',"
+                " $$SELECT attstattarget FROM pg_attribute"
+                " WHERE attrelid = '%s'::regclass AND attname = 'payload_text'$$)"
+            ).fetchall()
         assert spread == (2,)
+        # Shards made before 0008 keep no statistics of content either (citus.sql).
+        assert shard_targets == [("0",)]
         assert config is not None and "plan_cache_mode=auto" in (config[0] or [])
         with psycopg.connect(dsn) as conn:
             versions = conn.execute("SELECT version FROM cwstore.schema_migrations").fetchall()

@@ -28,7 +28,7 @@ Paths are copied: ``cwstore/store_async.py``.
 """
 
 from .drivers.asyncpg import AsyncpgPool as Pool  # a comment survives
-from .store_async import AsyncStore, connect
+from ._migrate_async import AsyncStore, connect
 
 __all__ = ["AsyncStore", "connect"]
 
@@ -48,7 +48,7 @@ Paths are copied: ``cwstore/store_async.py``.
 """
 
 from .drivers.psycopg import PsycopgPool as Pool  # a comment survives
-from .store import Store, connect_sync
+from ._migrate_sync import Store, connect_sync
 
 __all__ = ["Store", "connect_sync"]
 
@@ -64,7 +64,7 @@ def tail(store: Store, *, pool: PsycopgPool) -> Iterator[int]:
 def test_rewrites_nodes_and_keeps_layout() -> None:
     text, used = tool.convert(SOURCE)
     assert text == EXPECTED
-    assert {"AsyncStore", "connect", "asyncpg", "store_async", "aput"} <= used
+    assert {"AsyncStore", "connect", "asyncpg", "_migrate_async", "aput"} <= used
 
 
 def test_names_outside_the_map_stay() -> None:

@@ -63,12 +63,21 @@ def _handed_to_asyncpg(conninfo: str) -> dict[str, str] | None:
     return {k: str(v) for k, v in back.items() if v}
 
 
+def _unlisted_host(settings: dict[str, str]) -> bool:
+    """A host asyncpg's host list cannot hold: one that is bracketed there (it holds
+    ``:`` or opens with ``[``) and holds a ``]`` of its own."""
+    return any(
+        (":" in h or h.startswith("[")) and "]" in h and not h.startswith("/")
+        for h in settings.get("host", "").split(",")
+    )
+
+
 def _agrees_with_libpq(conninfo: str) -> None:
     """asyncpg is handed libpq's settings, or the string is refused: because libpq
     refuses it, or because it holds a setting asyncpg cannot honour."""
     libpq = _libpq(conninfo)
     ours = _handed_to_asyncpg(conninfo)
-    if libpq is None or not libpq.keys() <= _NATIVE:
+    if libpq is None or not libpq.keys() <= _NATIVE or _unlisted_host(libpq):
         assert ours is None
     else:
         # An empty value is libpq's "not given" (its default), as a missing one is.
@@ -135,6 +144,8 @@ CASES = [
     "postgresql://[::1",
     "postgresql://[]/d",
     "postgresql://[::1]x/d",
+    "postgresql://?host=:]",
+    "postgresql://?host=[a]",
     "postgresql:///d?host=/run/pg%20x&port=5433",
     "postgresql:///d?host=%2Frun",
     "postgresql:///d?",

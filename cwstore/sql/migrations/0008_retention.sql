@@ -32,7 +32,12 @@
 -- Safe with live writers: yes. The backfill updates every graph's row once (writers of
 -- a graph wait for it, a moment each); a writer on the old release keeps working (its
 -- functions are replaced here in the same transaction). Retention calls made by the old
--- release's clients read the same functions by the same names.
+-- release's clients read the same functions by the same names. On a Citus cluster
+-- already distributed, the DDL below must reach the shards one at a time to be followed
+-- by function definitions in this transaction (citus.multi_shard_modify_mode; without
+-- Citus an unused placeholder), and `cwstore init` then re-applies citus.sql.
+
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 
 -- 20_tables
 
@@ -55,8 +60,8 @@ COMMENT ON TABLE cwstore.graphs IS
   'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). The row is the per-graph lock of the append path.';
 
 -- A statistics target of 0 on each content column (20_tables.sql). Citus refuses SET
--- STATISTICS on a table distributed before this migration: there it is set on the
--- coordinator's table alone and on each of its shards.
+-- STATISTICS on a distributed table: there it is set on the coordinator's table alone,
+-- and citus.sql (run after the migrations) gives each shard its table's targets.
 DO $stats$
 DECLARE
   c record;
@@ -92,17 +97,6 @@ BEGIN
     EXECUTE format('ALTER TABLE cwstore.%I ALTER COLUMN %I SET STATISTICS 0', c.tbl, c.col);
     IF v_dist THEN
       PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'on', true);
-      EXECUTE 'SELECT count(*) FROM run_command_on_shards($1, $2)'
-        USING format('cwstore.%I', c.tbl)::regclass,
-              format('ALTER TABLE %%s ALTER COLUMN %I SET STATISTICS 0', c.col);
-      -- What the workers' ANALYZE gathered for it (a superuser's connections only).
-      IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
-        EXECUTE 'SELECT count(*) FROM run_command_on_shards($1, $2)'
-          USING format('cwstore.%I', c.tbl)::regclass,
-                'DELETE FROM pg_catalog.pg_statistic s USING pg_catalog.pg_attribute a'
-                ' WHERE a.attrelid = ''%s''::regclass AND s.starelid = a.attrelid'
-                ' AND s.staattnum = a.attnum AND a.attstattarget = 0';
-      END IF;
     END IF;
   END LOOP;
 END $stats$;
