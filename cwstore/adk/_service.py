@@ -2,8 +2,10 @@
 store.
 
 The mapping is pure and lives in :mod:`cwstore.adk._mapping`; this module reads with
-the named queries of ``cwstore/adk/queries.sql`` and writes through the store's public
-:meth:`~cwstore.AsyncStore.append` and :meth:`~cwstore.AsyncStore.erase`.
+the named queries of ``cwstore/adk/queries.sql`` and writes through cwstore's public
+seam: :func:`cwstore.prepare_append` and ``append_v1`` in :meth:`~cwstore.AsyncStore.transaction`
+(an event and its app and user state changes land together), and
+:meth:`~cwstore.AsyncStore.erase`.
 """
 
 from __future__ import annotations
@@ -193,12 +195,17 @@ class CwstoreSessionService(BaseSessionService):
         }
         opening_id = cwstore.compute_id("system", [], payload, SESSION_STATE_KEY)
         try:
-            await self.store.append(graph, [opening], expected_length=0)
+            await self._append_with_shared(
+                cwstore.prepare_append(graph, [opening], expected_length=0),
+                app_name,
+                user_id,
+                app_delta,
+                user_delta,
+                {"session": sid},
+            )
         except cwstore.LengthConflictError:
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
-        app_state, user_state, incarnation = await self._write_shared(
-            app_name, user_id, app_delta, user_delta, sid, None, graph
-        )
+        app_state, user_state, incarnation = await self._created(graph, app_name, user_id)
         memo = _Memo(incarnation, 1, opening_id, opening_id)
         self._remember(graph, memo)
         session = Session(
@@ -364,9 +371,17 @@ class CwstoreSessionService(BaseSessionService):
             parents = [memo.last]
         node["parents"] = parents
         event_id = cwstore.compute_id(kind, parents, payload, node.get("resourceKey"))
+        prepared = cwstore.prepare_append(
+            graph, [node], expected_length=memo.length, incarnation=memo.incarnation
+        )
         try:
-            await self.store.append(
-                graph, [node], expected_length=memo.length, incarnation=memo.incarnation
+            await self._append_with_shared(
+                prepared,
+                session.app_name,
+                session.user_id,
+                app_delta,
+                user_delta,
+                {"session": session.id, "event": event.id},
             )
         except cwstore.LengthConflictError:
             self._memo.pop(graph, None)
@@ -384,10 +399,6 @@ class CwstoreSessionService(BaseSessionService):
                 event_id if session_delta else memo.state_head,
             ),
         )
-        if app_delta or user_delta:
-            await self._write_shared(
-                session.app_name, session.user_id, app_delta, user_delta, session.id, event.id
-            )
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(memo.incarnation, length)
         return self._commit_event_to_session(session, event)
@@ -422,46 +433,50 @@ class CwstoreSessionService(BaseSessionService):
         self._remember(graph, stored)
         return stored
 
-    async def _write_shared(
+    async def _append_with_shared(
         self,
+        prepared: cwstore.PreparedAppend,
         app_name: str,
         user_id: str,
         app_delta: Mapping[str, Any],
         user_delta: Mapping[str, Any],
-        session_id: str,
-        event_id: str | None,
-        session: str | None = None,
+        source: Mapping[str, str],
+    ) -> None:
+        """Append ``prepared`` (a session's batch) and the app's and user's state deltas
+        to their graphs in one transaction: all land or none. Each shared key's new
+        version links to its head, read in the transaction; when a concurrent writer
+        moved a head first (a chain conflict) the whole transaction is tried again (the
+        session's expected length keeps that from writing its batch twice)."""
+        shared = [
+            (graph, delta, [state_key(k) for k in delta])
+            for graph, delta in (
+                (app_graph(app_name), app_delta),
+                (user_graph(app_name, user_id), user_delta),
+            )
+            if delta
+        ]
+        created_at = opening_time(time.time())[1]
+        for attempt in range(_SHARED_RETRIES):
+            try:
+                async with self.store.transaction() as conn:
+                    await _send(conn, prepared)
+                    for graph, delta, keys in shared:
+                        rows = await conn.fetch(_q("heads"), graph, keys)
+                        heads = {str(r["key"]): str(r["id"]) for r in rows}
+                        nodes, _ = _state_nodes(delta, [], heads, created_at, source)
+                        await _send(conn, cwstore.prepare_append(graph, nodes))
+                return
+            except cwstore.ChainConflictError:
+                if attempt == _SHARED_RETRIES - 1:
+                    raise
+
+    async def _created(
+        self, graph: str, app_name: str, user_id: str
     ) -> tuple[dict[str, Any], dict[str, Any], int]:
-        """Append the app's and user's state deltas to their graphs (each key's new
-        version linked to its head; a concurrent writer's chain conflict is read again
-        and retried). When ``session`` (a session graph being created) is given, returns
-        the two scopes' whole state after and that graph's incarnation; else two empty
-        dicts and 0."""
-        source = {"session": session_id, **({"event": event_id} if event_id else {})}
-        now = opening_time(time.time())[1]
-        for graph, delta in (
-            (app_graph(app_name), app_delta),
-            (user_graph(app_name, user_id), user_delta),
-        ):
-            if not delta:
-                continue
-            keys = [state_key(k) for k in delta]
-            for attempt in range(_SHARED_RETRIES):
-                async with self.store.connection() as conn:
-                    rows = await conn.fetch(_q("heads"), graph, keys)
-                heads = {str(r["key"]): str(r["id"]) for r in rows}
-                nodes, _ = _state_nodes(delta, [], heads, now, source)
-                try:
-                    await self.store.append(graph, nodes)
-                    break
-                except cwstore.ChainConflictError:
-                    if attempt == _SHARED_RETRIES - 1:
-                        raise
-        if session is None:
-            return {}, {}, 0
-        async with self.store.connection() as conn:
+        """A new session's app and user state and its graph's incarnation."""
+        async with self.store.snapshot() as conn:
             rows = await conn.fetch(
-                _q("session"), session, app_graph(app_name), user_graph(app_name, user_id), 0, None
+                _q("session"), graph, app_graph(app_name), user_graph(app_name, user_id), 0, None
             )
         scopes: dict[str, dict[str, Any]] = {"app": {}, "user": {}}
         incarnation = 0
@@ -472,6 +487,15 @@ class CwstoreSessionService(BaseSessionService):
                 key = str(r["key"]).removeprefix(STATE_KEY_PREFIX)
                 scopes[str(r["scope"])][key] = _value(r["payload_text"])
         return scopes["app"], scopes["user"], incarnation
+
+
+async def _send(conn: cwstore.AsyncConnection, prepared: cwstore.PreparedAppend) -> None:
+    """``prepared`` through ``append_v1`` on ``conn``; a refused batch's violations
+    indexed by batch position, as the store's own append raises them."""
+    try:
+        await conn.fetch(_q("append"), *prepared.args)
+    except cwstore.ValidationError as exc:
+        raise prepared.renumbered(exc) from exc
 
 
 def _delta_of(text: str | None) -> Any:

@@ -95,3 +95,9 @@ SELECT 'state', g.name, NULL, NULL, NULL, k.key, NULL, n.payload_text
 SELECT k.key, k.head_id AS id
   FROM cwstore.find_graph($1::text) f
   JOIN cwstore.key_heads k ON k.graph_id = f.graph_id AND k.key = ANY ($2::text[])
+
+-- name: append
+-- One batch through cwstore's write door: the arguments of a cwstore.PreparedAppend
+-- (graph, nodes JSON, expected length, frontier JSON, incarnation).
+SELECT seq, id, created_at, written, payload_text
+  FROM cwstore.append_v1($1, $2::json, $3, $4::json, $5)

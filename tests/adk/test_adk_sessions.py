@@ -214,6 +214,19 @@ async def test_a_value_json_cannot_hold_is_its_str(
     assert got.events[0].actions.state_delta == got.state
 
 
+async def test_an_event_and_its_shared_state_land_together(
+    service: CwstoreSessionService, app: str
+) -> None:
+    s = await service.create_session(app_name=app, user_id="u")
+    too_long = "user:" + "k" * 2100  # its graph's key would pass the 2,000-byte limit
+    with pytest.raises(cwstore.ValidationError):
+        await service.append_event(s, Event(author="user", actions=_delta(**{too_long: 1})))
+    got = await service.get_session(app_name=app, user_id="u", session_id=s.id)
+    assert got is not None and got.events == []
+    await service.append_event(s, Event(author="user", actions=_delta(**{"user:k": 1})))
+    assert await service.get_user_state(app_name=app, user_id="u") == {"k": 1}
+
+
 async def test_list_sessions(service: CwstoreSessionService, app: str) -> None:
     for sid, user in (("a", "u1"), ("b", "u1"), ("c", "u2")):
         await service.create_session(app_name=app, user_id=user, session_id=sid, state={"s": sid})
