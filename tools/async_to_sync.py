@@ -56,6 +56,7 @@ NAMES: Final = {
     "__aexit__": "__exit__",
     "AsyncCwstoreSaver": "CwstoreSaver",
     "aget_tuple": "get_tuple",
+    "anext": "next",
     "alist": "list",
     "aput": "put",
     "aput_writes": "put_writes",

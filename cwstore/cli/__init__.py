@@ -7,7 +7,8 @@ neither, the embedded server in ``CWSTORE_HOME`` is started or reused.
 
 One module per command group: :mod:`.db` (init, import, export, graphs, append, tail,
 server), :mod:`.erase` (erase, retention), :mod:`.read` (project, history),
-``cwstore.demo`` (demo); :mod:`._common` holds what they share.
+:mod:`.langgraph` (langgraph-move), ``cwstore.demo`` (demo); :mod:`._common` holds
+what they share.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from .. import jsontext
 from ..document import Vocabulary, parse_document, validate
 from ..errors import Error, InputError, ValidationError, Violation
-from . import db, demo, erase, read, view
+from . import db, demo, erase, langgraph, read, view
 from ._common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     read.register(sub)
     demo.register(sub)
     view.register(sub)
+    langgraph.register(sub)
     return parser
 
 

@@ -46,10 +46,22 @@ opens: while a statement runs (a lock wait included) the server checks this ofte
 the client is still connected, and ends the backend when it is gone."""
 
 
+INDEX_PLANS = {"enable_seqscan": "off"}
+"""The planner settings of every direct connection cwstore opens: each lookup cwstore
+makes has an index, and a plan made while a table was small (the generic plan of a
+prepared statement or of a plpgsql function, kept for the connection's life) would
+otherwise go on reading the whole table as it grows. Off is a penalty, not a ban: a
+query with no usable index still scans."""
+
+
 def session_bounds(settings: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The session settings of a direct connection: the client check, then ``settings``
-    (a store's tenant and statement timeout)."""
-    return {"client_connection_check_interval": CLIENT_CHECK_INTERVAL, **(settings or {})}
+    """The session settings of a direct connection: the client check and
+    :data:`INDEX_PLANS`, then ``settings`` (a store's tenant and statement timeout)."""
+    return {
+        "client_connection_check_interval": CLIENT_CHECK_INTERVAL,
+        **INDEX_PLANS,
+        **(settings or {}),
+    }
 
 
 class AsyncConnection(Protocol):

@@ -56,8 +56,9 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cwstore import DatabaseError, Row
+from cwstore import DatabaseError, InputError, Row
 
 __all__ = [
     "CP_KIND",
@@ -110,23 +111,37 @@ def writes_key(checkpoint_id: str) -> str:
 def is_plain_json(value: Any, depth: int = 0) -> bool:
     """Whether JSON holds ``value`` exactly, so it comes back equal and of the same
     types (no tuples, no integral floats, which JSON would read back as ints; no
-    integers JavaScript cannot hold, no NaN, no lone surrogates)."""
+    integers JavaScript cannot hold, no NaN, no lone surrogates; no subclasses, such as
+    a ``str`` or ``int`` enum, which JSON would read back as the plain value)."""
     if depth > 100:
         return False
-    if value is None or isinstance(value, bool | str):
-        return not isinstance(value, str) or _no_surrogates(value)
-    if isinstance(value, int):
-        return -_MAX_SAFE <= value <= _MAX_SAFE
-    if isinstance(value, float):
+    kind = type(value)
+    if value is None or kind is bool:
+        return True
+    if kind is str:
+        return _no_surrogates(value)
+    if kind is int:
+        return bool(-_MAX_SAFE <= value <= _MAX_SAFE)
+    if kind is float:
         return math.isfinite(value) and not value.is_integer()
     if type(value) is list:
         return all(is_plain_json(v, depth + 1) for v in value)
     if type(value) is dict:
         return all(
-            isinstance(k, str) and _no_surrogates(k) and is_plain_json(v, depth + 1)
+            type(k) is str and _no_surrogates(k) and is_plain_json(v, depth + 1)
             for k, v in value.items()
         )
     return False
+
+
+def checked_text(what: str, value: Any) -> str:
+    """``value`` as text (``str()`` of it, as LangGraph's savers take ids), refused with
+    :class:`~cwstore.InputError` naming ``what`` when it holds U+0000 or a lone
+    surrogate, which PostgreSQL text cannot."""
+    text = str(value)
+    if "\x00" in text or not _no_surrogates(text):
+        raise InputError(f"{what} cannot hold U+0000 or a lone surrogate: {text!r}")
+    return text
 
 
 def _no_surrogates(text: str) -> bool:
@@ -137,10 +152,28 @@ def _no_surrogates(text: str) -> bool:
     return True
 
 
+def stores_json(serde: SerializerProtocol) -> bool:
+    """Whether values JSON holds exactly are stored as plain JSON (readable by SQL):
+    only with LangGraph's ``JsonPlusSerializer`` (the default). Any other serializer,
+    an ``EncryptedSerializer`` above all, is given every value."""
+    return isinstance(serde, JsonPlusSerializer)
+
+
+def as_primitive(value: Any) -> Any:
+    """A channel value as LangGraph's PostgreSQL saver reads it back: an instance of a
+    subclass of ``str``, ``int`` or ``float`` (a ``str`` or ``int`` enum) is stored there
+    inline as JSON, so it comes back as the plain value; anything else as it is."""
+    kind = type(value)
+    if kind in (str, int, float, bool) or not isinstance(value, str | int | float):
+        return value
+    return json.loads(json.dumps(value))
+
+
 def encode_value(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
-    """A value as payload members: ``{"json": v}`` when JSON holds it exactly, else
-    ``{"serde": type, "b64": data}`` (the serializer's typed bytes)."""
-    if is_plain_json(value):
+    """A value as payload members: ``{"json": v}`` when JSON holds it exactly and the
+    serializer allows it (:func:`stores_json`), else ``{"serde": type, "b64": data}``
+    (the serializer's typed bytes)."""
+    if is_plain_json(value) and stores_json(serde):
         return {"json": value}
     kind, data = serde.dumps_typed(value)
     return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}
@@ -179,6 +212,8 @@ def message_payload(
 ) -> dict[str, Any]:
     """A message's node payload: LangChain's own dict of it (readable JSON) when that
     round-trips exactly, else the serializer's bytes."""
+    if not stores_json(serde):
+        return {"channel": channel, **encode_value(serde, message)}
     as_dict = message_to_dict(message)
     if is_plain_json(as_dict):
         try:
@@ -268,6 +303,12 @@ def message_from_payload(serde: SerializerProtocol, payload: Mapping[str, Any]) 
     return decode_value(serde, payload)
 
 
+def message_bytes(text: str) -> int:
+    """About how much memory a message whose node payload is ``text`` takes, parsed or
+    as an object, in bytes."""
+    return 3 * len(text) + 200
+
+
 def _copy(value: Any) -> Any:
     """A copy of a JSON value, its dicts and lists new all the way down."""
     if type(value) is dict:
@@ -293,7 +334,7 @@ class MessageMaker:
         self._plain: _Plain | None = None
         self._data: dict[str, Any] = {}
         self._nested: tuple[str, ...] = ()
-        self.size = 3 * len(text) + 200
+        self.size = message_bytes(text)
 
     def _keep(self, payload: dict[str, Any]) -> None:
         message = payload.get("message")
@@ -361,6 +402,8 @@ class MessageList:
     messages: list[Any]
     refs: list[Ref]
     _segments: list[Segment] | None = field(default=None, repr=False, compare=False)
+    size: int = field(default=0, compare=False)
+    """About how much memory the messages take, in bytes (see :func:`message_bytes`)."""
 
     def segments(self) -> list[Segment]:
         """The segments, computed once."""
@@ -368,14 +411,20 @@ class MessageList:
             self._segments = _extend_segments([], self.refs)
         return self._segments
 
-    def followed_by(self, messages: list[Any], keep: int, refs: Sequence[Ref]) -> MessageList:
+    def followed_by(
+        self, messages: list[Any], keep: int, refs: Sequence[Ref], added: int
+    ) -> MessageList:
         """The list ``messages``: this list's first ``keep`` messages, then those of
-        ``refs``. When it keeps all of this list, its segments extend this list's, so a
-        put that adds a message costs the same at any length."""
+        ``refs`` (taking about ``added`` bytes). When it keeps all of this list, its
+        segments extend this list's, so a put that adds a message costs the same at any
+        length."""
         segments = None
+        size = self.size
         if keep == len(self.refs):
             segments = _extend_segments(list(self.segments()), refs)
-        return MessageList(messages, [*self.refs[:keep], *refs], segments)
+        elif self.refs:
+            size = size * keep // len(self.refs)
+        return MessageList(messages, [*self.refs[:keep], *refs], segments, size + added)
 
 
 @dataclass
@@ -386,6 +435,11 @@ class CheckpointState:
     node_id: str | None
     values: dict[str, Ref] = field(default_factory=dict)
     messages: dict[str, MessageList] = field(default_factory=dict)
+
+    def size(self) -> int:
+        """About how much memory the state takes, in bytes: its messages and refs."""
+        refs = len(self.values) + sum(len(m.refs) for m in self.messages.values())
+        return 200 + 120 * refs + sum(m.size for m in self.messages.values())
 
 
 def same_message(a: Any, b: Any) -> bool:
@@ -426,19 +480,78 @@ def fold_writes(batches: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
     return sorted(found.values(), key=lambda w: (w[0], w[1], w[3]))
 
 
+def writes_node(
+    checkpoint_id: str, payload: Any, heads: Heads
+) -> tuple[dict[str, Any], tuple[str, int]]:
+    """The node of one :meth:`put_writes` call for the checkpoint ``checkpoint_id`` and
+    the new head of its key: its parents are the key's head and the checkpoint's node
+    (when ``heads`` names them)."""
+    from cwstore import compute_id
+
+    key = writes_key(checkpoint_id)
+    head, cp_head = heads.get(key), heads.get(checkpoint_key(checkpoint_id))
+    parents = sorted({h[0] for h in (head, cp_head) if h is not None})
+    node_id = compute_id("resource", parents, payload, key)
+    node = {
+        "id": node_id,
+        "kind": "resource",
+        "parents": parents,
+        "payload": payload,
+        "resourceKey": key,
+    }
+    return node, (node_id, head[1] + 1 if head else 1)
+
+
+def contains(doc: Any, pattern: Any) -> bool:
+    """Whether ``doc`` contains ``pattern`` as PostgreSQL's ``jsonb @>`` decides it for
+    their JSON (LangGraph's PostgreSQL saver filters metadata so): an object contains
+    the members of another it contains, an array every element another's element
+    contains (a tuple is an array), a scalar one equal to it (numbers by value, ``True``
+    not ``1``); at the top, an array also contains a scalar it holds."""
+    return _contains(doc, pattern, top=True)
+
+
+def _contains(doc: Any, pattern: Any, *, top: bool = False) -> bool:
+    if isinstance(pattern, dict):
+        return isinstance(doc, dict) and all(
+            k in doc and _contains(doc[k], v) for k, v in pattern.items()
+        )
+    if isinstance(pattern, list | tuple):
+        return isinstance(doc, list | tuple) and all(
+            any(_contains(d, p) for d in doc) for p in pattern
+        )
+    if isinstance(doc, list | tuple):
+        return top and any(
+            _contains(d, pattern) for d in doc if not isinstance(d, list | tuple | dict)
+        )
+    if isinstance(doc, dict):
+        return False
+    if isinstance(pattern, bool) or isinstance(doc, bool):
+        return type(doc) is type(pattern) and doc == pattern
+    if isinstance(pattern, int | float) and isinstance(doc, int | float):
+        return doc == pattern
+    return type(doc) is type(pattern) and bool(doc == pattern)
+
+
+DELTA_METADATA = ("counters_since_delta_snapshot", "delta_writes_versioned")
+"""Metadata keys a thread using a ``DeltaChannel`` leaves in its checkpoints."""
+
+
+def uses_delta_channel(metadata: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint's metadata shows its thread uses a ``DeltaChannel`` (whose
+    value is rebuilt from older checkpoints' writes, so ``keep_latest`` cannot prune
+    it), as LangGraph's PostgreSQL saver decides."""
+    return any(k in metadata for k in DELTA_METADATA)
+
+
 def dumps(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def message_makers(
-    serde: SerializerProtocol, nodes: Iterable[Mapping[str, Any]]
-) -> dict[str, MessageMaker]:
-    """The makers of the message nodes among ``nodes`` (a put's batch), by id."""
-    return {
-        n["id"]: MessageMaker(serde, dumps(n["payload"]))
-        for n in nodes
-        if str(n["resourceKey"]).startswith(_MSG)
-    }
+def message_makers(serde: SerializerProtocol, texts: Mapping[str, str]) -> dict[str, MessageMaker]:
+    """The makers of message nodes by id, given their payloads' JSON text by id (a
+    put's :attr:`PutPlan.texts`)."""
+    return {node_id: MessageMaker(serde, text) for node_id, text in texts.items()}
 
 
 Heads = Mapping[str, tuple[str, int] | None]
@@ -470,6 +583,8 @@ class PutPlan:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     state: CheckpointState = field(default_factory=lambda: CheckpointState(None))
     written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    """The JSON text of each new message node's payload, by id."""
 
     @property
     def checkpoint_id(self) -> str:
@@ -538,7 +653,7 @@ class PutPlan:
                 payload = {
                     "channel": channel,
                     "version": self.checkpoint.get("channel_versions", {}).get(channel),
-                    **encode_value(self.serde, value),
+                    **encode_value(self.serde, as_primitive(value)),
                 }
                 node_id = self._node("resource", parents, payload, key, version)
                 self.state.values[channel] = Ref(node_id, key, version)
@@ -549,16 +664,19 @@ class PutPlan:
         old = self.parent.messages.get(channel) or MessageList([], [])
         keep = common_prefix(old.messages, value)
         refs: list[Ref] = []
+        added = 0
         if keep < len(value):
             prev = old.refs[keep - 1] if keep else None
             key, version, parents = self._next(heads, prev, _base_key(_MSG, channel))
             for message in value[keep:]:
                 payload = message_payload(self.serde, channel, message)
                 node_id = self._node(message_kind(message), parents, payload, key, version)
+                text = self.texts[node_id] = dumps(payload)
+                added += message_bytes(text)
                 refs.append(Ref(node_id, key, version))
                 parents, version = [node_id], version + 1
             tips.append(refs[-1].node_id)
-        self.state.messages[channel] = old.followed_by(list(value), keep, refs)
+        self.state.messages[channel] = old.followed_by(list(value), keep, refs, added)
 
     def _checkpoint_node(self, heads: Heads, tips: list[str]) -> None:
         key = checkpoint_key(self.checkpoint_id)
@@ -711,6 +829,7 @@ def load_checkpoint(
     for channel, key, first, last, ids in stored.segments():
         lst = state.messages[channel]
         lst.messages += [messages[node_id]() for node_id in ids]
+        lst.size += sum(messages[node_id].size for node_id in ids)
         lst.refs += map(Ref, ids, repeat(key), range(first, last + 1))
     for channel, lst in state.messages.items():
         channel_values[channel] = list(lst.messages)

@@ -18,7 +18,7 @@ The saver is written once: ``tools/async_to_sync.py`` generates
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, LiteralString, Self
 
@@ -38,11 +38,14 @@ from cwstore import (
     ChainConflictError,
     Connection,
     DatabaseError,
+    InputError,
+    Row,
     Store,
     UnknownGraphError,
-    compute_id,
+    ValidationError,
     connect_sync,
     named_queries,
+    prepare_append,
 )
 
 from ._mapping import (
@@ -52,7 +55,9 @@ from ._mapping import (
     MessageMaker,
     PutPlan,
     Stored,
+    checked_text,
     checkpoint_key,
+    contains,
     decode_value,
     encode_value,
     fold_writes,
@@ -62,8 +67,10 @@ from ._mapping import (
     missing_runs,
     read_checkpoints,
     thread_prefix,
+    uses_delta_channel,
     write_index,
     writes_key,
+    writes_node,
 )
 from ._memo import MESSAGE_BYTES, GraphMemo, Memo
 
@@ -71,6 +78,9 @@ __all__ = ["CwstoreSaver"]
 
 _Q = named_queries("cwstore.langgraph")
 _RETRIES = 8
+_STAGED = "langgraph~"
+"""The prefix of a graph's staged rewrite: what a prune keeps of the graph, written
+before the graph is erased and erased in the transaction that writes it back."""
 _LIST_PAGE = 16
 """Checkpoints read by one query of a listing."""
 
@@ -94,16 +104,25 @@ def _group_if_new(memo: GraphMemo, group: str) -> str | None:
     return group
 
 
-def _graph_id(conn: Connection, graph: str) -> int | None:
+def _graph_id(conn: Connection, graph: str) -> tuple[int | None, bool]:
     """The key of the graph named ``graph`` (``None``: no such graph), which every other
-    query of the graph is given: on Citus that keeps each on the graph's worker."""
-    rows = conn.fetch(_q("graph"), graph)
-    return int(rows[0]["graph_id"]) if rows else None
+    query of the graph is given (on Citus that keeps each on the graph's worker), and
+    whether its staged rewrite exists."""
+    (row,) = conn.fetch(_q("graph"), graph, _STAGED + graph)
+    key = row["graph_id"]
+    return (None if key is None else int(key)), bool(row["staged"])
 
 
 def _ids(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """The thread id, namespace and checkpoint id (if any) the config names;
+    :class:`~cwstore.InputError` for one PostgreSQL text cannot hold."""
     conf = config["configurable"]
-    return str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), get_checkpoint_id(config)
+    checkpoint_id = get_checkpoint_id(config)
+    return (
+        checked_text("thread_id", conf["thread_id"]),
+        checked_text("checkpoint_ns", conf.get("checkpoint_ns", "")),
+        None if checkpoint_id is None else checked_text("checkpoint_id", checkpoint_id),
+    )
 
 
 def _tuple(serde: SerializerProtocol, thread_id: str, ns: str, loaded: Loaded) -> CheckpointTuple:
@@ -146,9 +165,11 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         LangGraph's serializer for values JSON cannot hold exactly (default: its
         ``JsonPlusSerializer``).
     message_cache_bytes:
-        About how much memory the messages the saver wrote or read may take (32 MiB by
-        default; 0: none are kept), so that reading a checkpoint fetches only the
-        messages it has not seen; a thread it deletes, it forgets.
+        About how much memory what the saver remembers may take (32 MiB by default):
+        the messages it wrote or read, so that reading a checkpoint fetches only the
+        messages it has not seen, and the states of the last checkpoints it stored in
+        each thread, so that a put reads nothing back. With 0 none are kept (each put
+        reads its parent checkpoint). A thread it deletes, it forgets.
 
     Errors are cwstore's (:class:`cwstore.Error`), e.g. :class:`cwstore.DatabaseError`
     when the server cannot be reached.
@@ -186,10 +207,15 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         """The key of the graph named ``graph`` as this saver remembers it, else looked
         up (see :func:`_graph_id`; ``None``: no such graph). Every query given a key
         also checks the name: a remembered key the name has left (its graph erased
-        since) reads nothing, and the caller looks the key up again."""
+        since) reads nothing, and the caller looks the key up again. A graph missing
+        while its staged rewrite exists (a prune stopped between erasing the graph and
+        writing it again) is written again first."""
         key = self._memo.key(graph)
         if key is None:
-            key = _graph_id(conn, graph)
+            key, staged = _graph_id(conn, graph)
+            if key is None and staged:
+                self._finish_staged(graph)
+                key, _ = _graph_id(conn, graph)
             self._memo.keep_key(graph, key)
         return key
 
@@ -275,42 +301,88 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """The checkpoints of a thread's namespace (of every thread when ``config`` is
-        ``None``), newest first, whose metadata holds ``filter``, before the checkpoint
-        ``before`` names, at most ``limit``."""
+        """The checkpoints of a thread, as LangGraph's PostgreSQL saver lists them:
+        of the namespace ``checkpoint_ns`` names, or of every namespace of the thread
+        when the config has no ``checkpoint_ns`` (merged newest first by checkpoint
+        id), only the one its ``checkpoint_id`` names if it names one; whose metadata
+        contains ``filter`` (as ``jsonb @>`` decides), before the checkpoint ``before``
+        names, at most ``limit``. With ``config=None``, every thread's, one namespace
+        after another (each newest first), not merged across threads."""
         before_id = None if before is None else get_checkpoint_id(before)
-        wanted = None if not filter else json.dumps(filter)
+        if limit is not None and limit <= 0:
+            return
         with self.store.connection() as conn:
             if config is None:
-                targets = [_split(str(r["name"])) for r in conn.fetch(_q("all_graphs"))]
+                rows = conn.fetch(_q("all_graphs"), _STAGED)
+                for thread_id, ns in _graphs_of(rows):
+                    for item in self._list_graph(conn, thread_id, ns, None, before_id, filter):
+                        yield item
+                        if limit is not None:
+                            limit -= 1
+                            if limit <= 0:
+                                return
+                return
+            thread_id, ns, checkpoint_id = _ids(config)
+            if "checkpoint_ns" in config["configurable"]:
+                namespaces = [ns]
             else:
-                thread_id, ns, _ = _ids(config)
-                targets = [(thread_id, ns)]
-            for thread_id, ns in targets:
-                graph = graph_name(thread_id, ns)
-                # A page of checkpoints at a time: a listing holds at most a page of
-                # them (every message of each) however long the thread.
-                below = None
-                while limit is None or limit > 0:
-                    page = _LIST_PAGE if limit is None else min(limit, _LIST_PAGE)
-                    found = self._checkpoints(
-                        conn,
-                        graph,
-                        None,
-                        before=before_id,
-                        wanted=wanted,
-                        limit=page,
-                        below=below,
-                    )
-                    for loaded in found:
-                        yield _tuple(self.serde, thread_id, ns, loaded)
-                    if limit is not None:
-                        limit -= len(found)
-                    if len(found) < page:
-                        break
-                    below = found[-1].seq
-                if limit is not None and limit <= 0:
-                    return
+                rows = conn.fetch(_q("thread_lengths"), [thread_prefix(thread_id)], _STAGED)
+                namespaces = [ns for _, ns in _graphs_of(rows)]
+            heads: list[tuple[CheckpointTuple, Iterator[CheckpointTuple]]] = []
+            for ns in namespaces:
+                it = self._list_graph(conn, thread_id, ns, checkpoint_id, before_id, filter)
+                first = next(it, None)
+                if first is not None:
+                    heads.append((first, it))
+            while heads:
+                at = max(range(len(heads)), key=lambda i: heads[i][0].checkpoint["id"])
+                item, it = heads[at]
+                yield item
+                if limit is not None:
+                    limit -= 1
+                    if limit <= 0:
+                        return
+                following = next(it, None)
+                if following is None:
+                    del heads[at]
+                else:
+                    heads[at] = (following, it)
+
+    def _list_graph(
+        self,
+        conn: Connection,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        before_id: str | None,
+        filter: dict[str, Any] | None,
+    ) -> Iterator[CheckpointTuple]:
+        """The checkpoints of one namespace for :meth:`list`, newest first: a page of
+        them read at a time (a listing holds at most a page, every message of each,
+        however long the thread)."""
+        graph = graph_name(thread_id, ns)
+        wanted = None if not filter else json.dumps(filter)
+        below = None
+        while True:
+            found = self._checkpoints(
+                conn,
+                graph,
+                checkpoint_id,
+                before=before_id,
+                wanted=wanted,
+                limit=_LIST_PAGE,
+                below=below,
+            )
+            for loaded in found:
+                item = _tuple(self.serde, thread_id, ns, loaded)
+                if before_id is not None and item.checkpoint["id"] >= before_id:
+                    continue
+                if filter and not contains(item.metadata, filter):
+                    continue
+                yield item
+            if checkpoint_id is not None or len(found) < _LIST_PAGE:
+                return
+            below = found[-1].seq
 
     # --- writing ------------------------------------------------------------------------
 
@@ -333,11 +405,12 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         """Store a checkpoint (one append: its new values and messages, then its node);
         returns the config that names it."""
         thread_id, ns, parent_id = _ids(config)
+        checked_text("checkpoint id", checkpoint["id"])
         graph = graph_name(thread_id, ns)
         md = get_serializable_checkpoint_metadata(config, metadata)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
-            parent = None if parent_id is None else memo.states.get(parent_id)
+            parent = None if parent_id is None else memo.state(parent_id)
             if parent_id is not None and parent is None:
                 with self.store.connection() as conn:
                     loaded = self._load(conn, graph, parent_id)
@@ -360,8 +433,13 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
-            memo.wrote(checkpoint["id"], plan.state, plan.written)
-            self._memo.keep_messages(graph, message_makers(self.serde, plan.nodes))
+            except ValidationError as exc:
+                if not _stale(exc):
+                    raise
+                self._memo.forget(graph)
+                continue
+            self._memo.wrote(graph, checkpoint["id"], plan.state, plan.written)
+            self._memo.keep_messages(graph, message_makers(self.serde, plan.texts))
             break
         else:
             raise ChainConflictError(graph=graph)
@@ -387,8 +465,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         graph = graph_name(thread_id, ns)
         payload = {
             "checkpoint_id": checkpoint_id,
-            "task": task_id,
-            "path": task_path,
+            "task": checked_text("task_id", task_id),
+            "path": checked_text("task_path", task_path),
             "writes": [
                 [write_index(channel, i), channel, encode_value(self.serde, value)]
                 for i, (channel, value) in enumerate(writes)
@@ -403,22 +481,18 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             unknown = [k for k in (key, cp) if k not in memo.heads]
             if unknown and (attempt or not _only(unknown, key)):
                 memo.heads.update(self._heads(graph, unknown))
-            head, cp_head = memo.heads.get(key), memo.heads.get(cp)
-            parents = sorted({h[0] for h in (head, cp_head) if h is not None})
-            node_id = compute_id("resource", parents, payload, key)
-            node = {
-                "id": node_id,
-                "kind": "resource",
-                "parents": parents,
-                "payload": payload,
-                "resourceKey": key,
-            }
+            node, head = writes_node(checkpoint_id, payload, memo.heads)
             try:
                 self.store.append(graph, [node], retention_group=_group_if_new(memo, group))
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
-            memo.heads[key] = (node_id, head[1] + 1 if head else 1)
+            except ValidationError as exc:
+                if not _stale(exc):
+                    raise
+                self._memo.forget(graph)
+                continue
+            memo.heads[key] = head
             return
         raise ChainConflictError(graph=graph, key=key)
 
@@ -436,15 +510,13 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         self._memo.forget(graph)
 
     def delete_thread(self, thread_id: str) -> None:
-        """Erase every graph of the thread (every namespace): cwstore's erasure, not
-        hidden rows (docs/erasure.md)."""
-        for graph in self._thread_graphs(thread_id):
-            self._erase(graph, "langgraph delete_thread")
+        """Erase every graph of the thread (every namespace) in one transaction:
+        cwstore's erasure, not hidden rows (docs/erasure.md)."""
+        self._erase_threads([checked_text("thread_id", thread_id)], "langgraph delete_thread")
 
-    def _read_all(self, graph: str) -> _LoadedList:
+    def _read_all(self, conn: Connection, graph: str) -> _LoadedList:
         """Every checkpoint of a graph, oldest first."""
-        with self.store.connection() as conn:
-            return list(reversed(self._checkpoints(conn, graph, None)))
+        return list(reversed(self._checkpoints(conn, graph, None)))
 
     def _write_back(self, thread_id: str, ns: str, kept: Sequence[Loaded]) -> None:
         """Store checkpoints read by :meth:`_read_all` (their values, metadata, parents
@@ -462,50 +534,276 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             for batch in item.write_batches:
                 self._append_writes(graph, thread_prefix(thread_id), tup.checkpoint["id"], batch)
 
-    def _rewrite(self, graph: str, keep: Sequence[Loaded], reason: str) -> None:
-        thread_id, ns = _split(graph)
-        self._erase(graph, reason)
-        self._write_back(thread_id, ns, keep)
-
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread (every namespace) to
         another thread, in the same order."""
-        for graph in self._thread_graphs(source_thread_id):
+        source = checked_text("source_thread_id", source_thread_id)
+        target = checked_text("target_thread_id", target_thread_id)
+        for graph in self._thread_graphs(source):
             _, ns = _split(graph)
-            self._write_back(target_thread_id, ns, self._read_all(graph))
+            with self.store.connection() as conn:
+                loaded = self._read_all(conn, graph)
+            self._write_back(target, ns, loaded)
+
+    def _rewrite_threads(self, thread_ids: Sequence[str], decide: _Decide, reason: str) -> None:
+        """Rewrite each thread: its graphs are read (every checkpoint of every
+        namespace, oldest first, on one snapshot), ``decide`` says per graph what to
+        keep (absent: leave the graph as it is; a list, maybe empty: erase the graph
+        and write those checkpoints to it again, a parent not kept dropped), and each
+        graph is replaced by :meth:`_replace`. A graph written meanwhile (its erasure
+        finds more nodes than were read) makes the thread read again."""
+        for thread_id in thread_ids:
+            root = thread_prefix(thread_id)
+            for _ in range(_RETRIES):
+                with self.store.snapshot() as conn:
+                    rows = conn.fetch(_q("thread_lengths"), [root], _STAGED)
+                    lengths = {str(r["name"]): int(r["length"]) for r in rows}
+                    live = [g for g in lengths if not g.startswith(_STAGED)]
+                    for graph in live:
+                        self._memo.forget(graph)
+                    loaded = {g: self._read_all(conn, g) for g in live}
+                left = [g.removeprefix(_STAGED) for g in lengths if g.startswith(_STAGED)]
+                if left:  # a rewrite stopped half-way: finish (or drop) it first
+                    for graph in left:
+                        self._finish_staged(graph)
+                    continue
+                try:
+                    for graph, keep in decide(loaded).items():
+                        self._replace(graph, lengths[graph], keep, reason)
+                except _Moved:
+                    continue
+                break
+            else:
+                raise ChainConflictError(graph=root)
+
+    def _replace(self, graph: str, length: int, keep: Sequence[Loaded], reason: str) -> None:
+        """Erase the graph (of ``length`` nodes when read) and write the checkpoints
+        ``keep`` to it again, so that no failure loses them: they are written to the
+        graph's staged rewrite first, then the graph is erased, then one transaction
+        writes them back and erases the staged rewrite (which a reader finding the graph
+        missing finishes, see :meth:`_graph_key`). :class:`_Moved` when the graph
+        changed since it was read (nothing erased)."""
+        thread_id, ns = _split(graph)
+        batches = rewrite_batches(self.serde, thread_id, ns, keep)
+        staged = _STAGED + graph
+        try:
+            if batches:
+                with self.store.transaction() as conn:
+                    conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
+                    for nodes, frontier in batches:
+                        conn.fetch(
+                            _q("append"), *prepare_append(staged, nodes, frontier=frontier).args
+                        )
+            try:
+                with self.store.transaction() as conn:
+                    erased = conn.fetchval(_q("erase_graph"), graph, reason)
+                    if erased != length:
+                        raise _Moved
+            except (_Moved, UnknownGraphError):
+                if batches:
+                    self._erase(staged, reason)
+                raise _Moved from None
+            if batches:
+                self._write_staged(graph, batches, reason)
+        finally:
+            self._memo.forget(graph)
+            self._memo.forget(staged)
+
+    def _write_staged(self, graph: str, batches: _Batches, reason: str) -> None:
+        """Write the batches of the graph's staged rewrite to the graph and erase the
+        staged rewrite, in one transaction."""
+        thread_id, _ = _split(graph)
+        try:
+            with self.store.transaction() as conn:
+                conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
+                for nodes, frontier in batches:
+                    conn.fetch(_q("append"), *prepare_append(graph, nodes, frontier=frontier).args)
+                conn.fetchval(_q("erase_graph"), _STAGED + graph, reason)
+        except UnknownGraphError:  # another reader finished it first
+            pass
+        self._memo.forget(graph)
+        self._memo.forget(_STAGED + graph)
+
+    def _finish_staged(self, graph: str) -> None:
+        """Finish the graph's staged rewrite: write it to the graph when the graph is
+        missing (erased by the rewrite), else only erase it (the rewrite stopped before
+        erasing the graph)."""
+        staged = _STAGED + graph
+        with self.store.snapshot() as conn:
+            exists, _ = _graph_id(conn, graph)
+            loaded = [] if exists is not None else self._read_all(conn, staged)
+        if exists is not None:
+            self._erase(staged, "langgraph prune: unfinished rewrite")
+            return
+        thread_id, ns = _split(graph)
+        batches = rewrite_batches(self.serde, thread_id, ns, loaded)
+        self._write_staged(graph, batches, "langgraph prune: rewrite finished")
+
+    def _refuse_delta_threads(self, thread_ids: Sequence[str]) -> None:
+        with self.store.connection() as conn:
+            rows = conn.fetch(
+                _q("thread_metadata"), [thread_prefix(t) for t in thread_ids], CP_KIND
+            )
+        delta = sorted(
+            {
+                _split(str(r["name"]))[0]
+                for r in rows
+                if uses_delta_channel(decode_value(self.serde, json.loads(r["metadata"])))
+            }
+        )
+        if delta:
+            raise NotImplementedError(
+                "keep_latest can't prune threads that use a DeltaChannel: " + ", ".join(delta)
+            )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``keep_latest``: keep each namespace's latest checkpoint (with its writes);
-        ``delete``: erase the threads. What goes is erased: the graph is erased and
-        what is kept is written to it again."""
+        """Prune the threads, as LangGraph's PostgreSQL saver does. ``delete``: erase
+        them, every namespace, in one transaction. ``keep_latest``: keep each
+        namespace's latest checkpoint with its pending writes (a kept checkpoint whose
+        parent goes is left with no parent), and erase a subgraph call's namespace
+        (``node:task``) with the root checkpoint its call started from; each thread in
+        one transaction, the graph erased and what is kept written to it again.
+
+        Raises :class:`cwstore.InputError` when ``thread_ids`` is a string,
+        :class:`ValueError` for an unknown strategy, and :class:`NotImplementedError`
+        (nothing pruned) when ``keep_latest`` is asked of a thread using a
+        ``DeltaChannel``, whose latest value is rebuilt from older checkpoints."""
+        if isinstance(thread_ids, str):
+            raise InputError(
+                f"prune: thread_ids must be a sequence of thread ids, not the string {thread_ids!r}"
+            )
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}")
-        for thread_id in thread_ids:
-            for graph in self._thread_graphs(thread_id):
-                if strategy == "delete":
-                    self._erase(graph, "langgraph prune")
+        threads = [checked_text("thread_id", t) for t in thread_ids]
+        if not threads:
+            return
+        if strategy == "delete":
+            self._erase_threads(threads, "langgraph prune")
+            return
+        self._refuse_delta_threads(threads)
+        self._rewrite_threads(threads, self._keep_latest, "langgraph prune")
+
+    def _erase_threads(self, thread_ids: Sequence[str], reason: str) -> None:
+        """Erase every graph of the threads (and staged rewrites) in one transaction."""
+        names: _Names = []
+        try:
+            with self.store.transaction() as conn:
+                rows = conn.fetch(
+                    _q("thread_lengths"), [thread_prefix(t) for t in thread_ids], _STAGED
+                )
+                names = [str(r["name"]) for r in rows]
+                for graph in names:
+                    conn.fetchval(_q("erase_graph"), graph, reason)
+        finally:
+            for graph in names:
+                self._memo.forget(graph)
+
+    def _keep_latest(self, loaded: Mapping[str, _LoadedList]) -> _Plan:
+        """What ``keep_latest`` keeps of one thread's graphs (see :meth:`_rewrite_threads`)."""
+        for items in loaded.values():
+            for item in items:
+                if uses_delta_channel(decode_value(self.serde, item.payload["metadata"])):
+                    raise NotImplementedError(
+                        "keep_latest can't prune threads that use a DeltaChannel"
+                    )
+        root = next((g for g in loaded if not _split(g)[1]), None)
+        root_ids = {i.payload["checkpoint_id"] for i in loaded.get(root or "", [])}
+        root_kept = {i.payload["checkpoint_id"] for i in loaded.get(root or "", [])[-1:]}
+        plan: _Plan = {}
+        for graph, items in loaded.items():
+            if not items:
+                continue
+            latest = items[-1]
+            _, ns = _split(graph)
+            if ":" in ns:
+                parents = decode_value(self.serde, latest.payload["metadata"]).get("parents")
+                started = parents.get("") if isinstance(parents, dict) else None
+                if started in root_ids and started not in root_kept:
+                    plan[graph] = []
                     continue
-                loaded = self._read_all(graph)
-                if len(loaded) > 1:
-                    self._rewrite(graph, loaded[-1:], "langgraph prune")
+            if len(items) > 1 or latest.payload["parent_checkpoint_id"] is not None:
+                plan[graph] = [latest]
+        return plan
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Erase the checkpoints (and their writes) whose metadata ``run_id`` is one of
-        ``run_ids``: each graph holding one is erased and its other checkpoints are
-        written to it again."""
+        ``run_ids``: each thread holding one is rewritten in one transaction, its
+        other checkpoints kept (one whose parent goes is left with no parent)."""
+        if isinstance(run_ids, str):
+            raise InputError(
+                "delete_for_runs: run_ids must be a sequence of run ids, "
+                f"not the string {run_ids!r}"
+            )
         if not run_ids:
             return
-        runs = {str(r) for r in run_ids}
+        runs = {checked_text("run_id", r) for r in run_ids}
         with self.store.connection() as conn:
             graphs = [str(r["name"]) for r in conn.fetch(_q("run_graphs"), sorted(runs), CP_KIND)]
-        for graph in graphs:
-            loaded = self._read_all(graph)
-            keep = [
-                item
-                for item in loaded
-                if decode_value(self.serde, item.payload["metadata"]).get("run_id") not in runs
-            ]
-            self._rewrite(graph, keep, "langgraph delete_for_runs")
+        threads = sorted({_split(g)[0] for g in graphs})
+
+        def drop_runs(loaded: Mapping[str, _LoadedList]) -> _Plan:
+            plan: _Plan = {}
+            for graph, items in loaded.items():
+                keep = [
+                    item
+                    for item in items
+                    if decode_value(self.serde, item.payload["metadata"]).get("run_id") not in runs
+                ]
+                if len(keep) < len(items):
+                    plan[graph] = keep
+            return plan
+
+        self._rewrite_threads(threads, drop_runs, "langgraph delete_for_runs")
+
+
+class _Moved(Exception):
+    """A graph being rewritten was written meanwhile (the transaction rolls back)."""
+
+
+_Plan = dict[str, list[Loaded]]
+_Batches = list[tuple[list[dict[str, Any]], list[str] | None]]
+_Decide = Callable[[Mapping[str, list[Loaded]]], _Plan]
+
+
+def rewrite_batches(
+    serde: SerializerProtocol, thread_id: str, ns: str, keep: Sequence[Loaded]
+) -> _Batches:
+    """The append batches (nodes, frontier) that store the checkpoints ``keep`` (read
+    back, oldest first) in a new graph as :meth:`CwstoreSaver.put` and
+    :meth:`CwstoreSaver.put_writes` would have: a parent not among them is
+    dropped."""
+    heads: dict[str, tuple[str, int] | None] = {}
+    states: dict[str, CheckpointState] = {}
+    out: _Batches = []
+    for item in keep:
+        tup = _tuple(serde, thread_id, ns, item)
+        checkpoint = tup.checkpoint
+        parent = item.payload["parent_checkpoint_id"]
+        state = states.get(parent) if parent is not None else None
+        plan = PutPlan(
+            serde,
+            checkpoint,
+            tup.metadata,
+            checkpoint["channel_versions"],
+            parent if state is not None else None,
+            state or CheckpointState(None),
+        )
+        plan.build(heads)
+        heads.update(plan.written)
+        states[checkpoint["id"]] = plan.state
+        out.append((plan.nodes, [plan.state.node_id or ""]))
+        for batch in item.write_batches:
+            node, head = writes_node(checkpoint["id"], batch, heads)
+            heads[writes_key(checkpoint["id"])] = head
+            out.append(([node], None))
+    return out
+
+
+def _stale(exc: ValidationError) -> bool:
+    """Whether an append was refused for parents that are gone: the saver remembered
+    nodes of a graph erased since (another saver deleted or pruned the thread), so it
+    forgets the graph and plans again from what is stored."""
+    return "missing_parent" in exc.codes
 
 
 def _only(unknown: Sequence[str], key: str) -> bool:
@@ -514,6 +812,13 @@ def _only(unknown: Sequence[str], key: str) -> bool:
     saver stored): the first attempt assumes it has none and does not ask (a wrong guess
     is a chain conflict, and the retry asks)."""
     return list(unknown) == [key]
+
+
+def _graphs_of(rows: Sequence[Row]) -> list[tuple[str, str]]:
+    """The (thread id, namespace) of each graph named in the rows (column ``name``), a
+    staged rewrite's as its graph's (reading the graph finishes it), in order, once."""
+    names = dict.fromkeys(str(r["name"]).removeprefix(_STAGED) for r in rows)
+    return [_split(name) for name in names]
 
 
 def _split(graph: str) -> tuple[str, str]:

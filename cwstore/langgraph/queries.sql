@@ -7,7 +7,8 @@
 -- What each checkpoint of graph $1 (graph_id) named $2 holds, the checkpoints being
 -- the one whose key is $4 (lg:cp:<id>), or when $4 is NULL the newest (nodes of kind
 -- $5) stored before sequence $6 (NULL: all) and before checkpoint id $7 (NULL: all)
--- whose metadata contains $8 (jsonb, NULL: any), at most $9 (NULL: all); $3 the prefix
+-- whose metadata contains $8 (jsonb, NULL: any) or is not stored as JSON (the
+-- serializer's bytes: the reader decides), at most $9 (NULL: all); $3 the prefix
 -- of pending writes' keys. Either way the checkpoints are one range of the kind's index
 -- (one plan serves both). Every table is read by the graph's key, $1 (so on Citus the
 -- statement runs on the graph's one worker); no rows when the graph at that key is not
@@ -39,6 +40,7 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                 OR (cwstore.payload_jsonb(n.payload_text) ->> 'checkpoint_id') COLLATE "C"
                    < $7::text)
            AND ($8::jsonb IS NULL
+                OR NOT (cwstore.payload_jsonb(n.payload_text) -> 'metadata') ? 'json'
                 OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $8::jsonb)
          ORDER BY k.seq DESC
          LIMIT $9) c
@@ -107,9 +109,11 @@ SELECT n.id, n.payload_text
                  LIMIT r.count) n ON true
 
 -- name: graph
--- The graph_id of the graph named $1, no row when there is none (or none the caller may
--- see): the key every other query of a graph is given.
-SELECT graph_id FROM cwstore.find_graph($1)
+-- The graph_id of the graph named $1 (NULL when there is none, or none the caller may
+-- see): the key every other query of a graph is given; and whether the graph named $2
+-- (its staged rewrite, left by a prune that stopped half-way) exists.
+SELECT (SELECT graph_id FROM cwstore.find_graph($1)) AS graph_id,
+       EXISTS (SELECT 1 FROM cwstore.find_graph($2)) AS staged
 
 -- name: heads
 -- The heads (node id, version) of keys $3 in graph $1 (graph_id) named $2 (none when the
@@ -127,15 +131,58 @@ SELECT name FROM cwstore.graphs
  ORDER BY name
 
 -- name: all_graphs
--- Every LangGraph graph this role may read.
-SELECT name FROM cwstore.graphs WHERE starts_with(name, 'langgraph:') ORDER BY name
+-- Every LangGraph graph this role may read, and every staged rewrite (named $1 ||
+-- graph), ordered by the graph's name.
+SELECT name FROM cwstore.graphs
+ WHERE starts_with(name, 'langgraph:') OR starts_with(name, $1 || 'langgraph:')
+ ORDER BY replace(name, $1, '')
 
 -- name: run_graphs
--- The LangGraph graphs holding a checkpoint whose metadata run_id is one of $1, with
--- the kind $2 of checkpoint nodes.
+-- The LangGraph graphs holding a checkpoint whose metadata run_id is one of $1, or
+-- whose metadata is not stored as JSON (the serializer's bytes: the reader decides),
+-- with the kind $2 of checkpoint nodes.
 SELECT DISTINCT g.name
   FROM cwstore.graphs g
   JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
   JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+ CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(n.payload_text) -> 'metadata' AS md) m
  WHERE starts_with(g.name, 'langgraph:')
-   AND cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' ->> 'run_id' = ANY($1::text[])
+   AND (m.md -> 'json' ->> 'run_id' = ANY($1::text[]) OR NOT m.md ? 'json')
+
+-- name: thread_lengths
+-- The graphs of the LangGraph threads whose root graphs are named $1 (an array): each
+-- root graph and its subgraphs' (named root || ':' || namespace), with their lengths;
+-- and their staged rewrites (named $2 || graph).
+SELECT g.name, g.length
+  FROM unnest($1::text[]) t(root)
+  JOIN cwstore.graphs g ON g.name = t.root OR starts_with(g.name, t.root || ':')
+                        OR g.name = $2 || t.root OR starts_with(g.name, $2 || t.root || ':')
+ ORDER BY g.name
+
+-- name: thread_metadata
+-- The metadata (as stored, JSON text) of every checkpoint (nodes of kind $2) of the
+-- LangGraph threads whose root graphs are named $1 (an array), every namespace's.
+SELECT g.name, (cwstore.payload_jsonb(n.payload_text) -> 'metadata')::text AS metadata
+  FROM unnest($1::text[]) t(root)
+  JOIN cwstore.graphs g ON g.name = t.root OR starts_with(g.name, t.root || ':')
+  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
+  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+
+-- name: erase_graph
+-- Erase graph $1 (reason $2) inside the caller's transaction (cwstore.erase_graph_v1);
+-- the number of nodes it held.
+SELECT cwstore.erase_graph_v1($1, $2)
+
+-- name: set_retention_group
+-- The retention group ($1) of the graphs the caller's transaction creates.
+SELECT pg_catalog.set_config('cwstore.retention_group', $1, true)
+
+-- name: append
+-- Append a batch inside the caller's transaction: cwstore.append_v1 with the arguments
+-- cwstore.prepare_append gives (graph, nodes, expected length, frontier, incarnation).
+SELECT seq FROM cwstore.append_v1($1, $2::json, $3, $4::json, $5)
+
+-- name: postgres_threads
+-- Every thread id of a database written by LangGraph's PostgreSQL saver
+-- (langgraph-checkpoint-postgres, its table "checkpoints"), for moving them over.
+SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psycopg
 import pytest
 from support.reliability import CLIENTS, T0, Client, assert_graph, chain, document
 
@@ -37,6 +38,17 @@ BIG_NODES = 200_000
 # text, the COPY text: about 3.5 copies of 38 MB).
 IMPORT_FROM_OBJECTS_BOUND = 2.0
 IMPORT_FROM_TEXT_BOUND = 16.0
+# Peak private memory growth of the server's backend while it writes one node at the
+# payload limit, as a multiple of the payload, by door and payload shape (PostgreSQL 15,
+# benchmarks/RESULTS.md). append_v1: 200,000 objects {"a":1} took 27x before
+# 0010_batch_reads and 15x after, one long string 16x before and 9x after;
+# import_rows_v1 (a writer's import): 18x and 16x before, 14x and 13x after.
+BACKEND_BOUNDS = {
+    ("append_v1", "small_objects"): 20.0,
+    ("append_v1", "one_string"): 12.0,
+    ("import_rows_v1", "small_objects"): 15.0,
+    ("import_rows_v1", "one_string"): 15.0,
+}
 
 
 # --- memory --------------------------------------------------------------------------------
@@ -164,6 +176,76 @@ async def test_a_payload_past_the_limit_is_refused_by_import_and_append(
         await store.close()
     assert [v.code for v in imported.value.violations] == ["too_large"]
     assert [(v.code, v.path) for v in appended.value.violations] == [("too_large", "$[0].payload")]
+
+
+def _backend_status(pid: int) -> dict[str, int] | None:
+    """VmHWM and RssShmem (bytes) of a server process on this machine, or None."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "RssShmem"):
+            out[key] = int(value.split()[0]) * 1024
+    return out if len(out) == 2 else None
+
+
+def _limit_payload(shape: str) -> Any:
+    if shape == "one_string":
+        return {"s": "z" * (MAX_PAYLOAD_BYTES - 16)}
+    return [{"a": 1}] * ((MAX_PAYLOAD_BYTES - 64) // len('{"a":1},'))
+
+
+def _write_one(conn: psycopg.Connection[Any], door: str, graph: str, payload_text: str) -> int:
+    """Write one node of this payload to a new graph through a door; how many it wrote."""
+    node_id = compute_id("tool_result", [], jsontext.loads(payload_text))
+    if door == "append_v1":
+        batch = (
+            f'[{{"id":"{node_id}","kind":"tool_result","parents":[],'
+            f'"payload":{payload_text},"createdAt":"{T0}"}}]'
+        )
+        row = conn.execute(
+            "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (graph, batch)
+        ).fetchone()
+    else:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT cwstore.import_rows_v1(cwstore.begin_import_v1(%s), '{1}', %s::text[],"
+                " '{tool_result}', ARRAY['{}'], %s::text[], %s::text[], '{NULL}')",
+                (graph, [node_id], [payload_text], [T0]),
+            ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize(("door", "shape"), sorted(BACKEND_BOUNDS))
+def test_a_write_at_the_payload_limit_holds_its_payload_a_few_times(
+    db_dsn: str, door: str, shape: str
+) -> None:
+    """The backend's peak private memory (VmHWM growth less the shared pages it touched)
+    while append_v1 or import_rows_v1 writes one node at the 4 MiB limit, called as any
+    client calls it, stays within a small multiple of the payload. Skipped where the
+    server's processes cannot be read (another machine)."""
+    text = jsontext.dumps(_limit_payload(shape))
+    size = len(text.encode())
+    assert MAX_PAYLOAD_BYTES - 100 < size <= MAX_PAYLOAD_BYTES
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        assert _write_one(conn, door, f"memory-warm-{uuid.uuid4().hex[:8]}", '{"a":1}') == 1
+        before = _backend_status(pid)
+        if before is None:
+            pytest.skip("the server's processes are not readable from here")
+        assert _write_one(conn, door, f"memory-{uuid.uuid4().hex[:8]}", text) == 1
+        after = _backend_status(pid)
+    assert after is not None
+    growth = (after["VmHWM"] - before["VmHWM"]) - (after["RssShmem"] - before["RssShmem"])
+    bound = BACKEND_BOUNDS[(door, shape)]
+    assert growth < bound * size, (
+        f"{door} of one node with a {size:,}-byte payload ({shape}) grew the backend by "
+        f"{growth:,} bytes, {growth / size:.1f}x (bound {bound}x)"
+    )
 
 
 # --- 200,000 nodes -----------------------------------------------------------------------

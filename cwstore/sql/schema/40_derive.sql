@@ -394,7 +394,8 @@ BEGIN
   END IF;
 
   IF v_rows <= 3 THEN
-    FOR nd IN SELECT * FROM new_nodes ORDER BY graph_id, seq LOOP
+    FOR nd IN SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key
+                FROM new_nodes n ORDER BY n.graph_id, n.seq LOOP
       -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
       -- would make every text comparison in _derive_node "C", which the indexes of
       -- key_heads, key_versions and kind_counts cannot serve (a scan of the graph's rows).

@@ -8,7 +8,10 @@
 -- needs no privilege on any table, and checks that the login role may write the graph's
 -- tenant (cwstore._check_writer, 50_tenancy.sql) before it locks or writes anything.
 -- Functions are versioned (_v1) so a new signature can live beside the old; each takes
--- the graph (its name, or its graph_id within an import) first.
+-- the graph (its name, or its graph_id within an import) first. The write doors plan
+-- with enable_seqscan off: a caller's connection keeps a plpgsql function's plans for
+-- its life, and one made while the tables were small would go on scanning them as they
+-- grow; every lookup here has an index (off is a penalty, not a ban).
 --
 -- SQLSTATEs raised: CW400 validation, CW404 unknown graph, CW409 expected length is
 -- stale, CW410 chain conflict on a resource key, CW412 import into a non-empty graph,
@@ -453,7 +456,8 @@ END $$;
 --   (cwstore.graph_id_of, 55_graph_keys.sql); a name whose first key another graph
 --   holds takes the next one.
 CREATE FUNCTION cwstore.ensure_graph_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_id bigint;
   v_tenant text;
@@ -488,7 +492,8 @@ COMMENT ON FUNCTION cwstore.ensure_graph_v1(text, text[]) IS
 --   Locks the graph row for the rest of the transaction. Raises CW412 when the graph
 --   already holds nodes. Sets the vocabulary.
 CREATE FUNCTION cwstore.begin_import_v1(p_graph text, p_vocabulary text[] DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_life record;
   v_len bigint;
@@ -519,7 +524,8 @@ COMMENT ON FUNCTION cwstore.begin_import_v1(text, text[]) IS
 CREATE FUNCTION cwstore.import_rows_v1(p_graph_id bigint, p_seqs bigint[], p_ids text[],
                                        p_kinds text[], p_parents text[], p_payloads text[],
                                        p_created text[], p_keys text[])
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_len bigint;
   v_xid bigint;
@@ -553,16 +559,16 @@ BEGIN
   v_bad := array_position(p_payloads, NULL);
   IF v_bad IS NULL THEN
     BEGIN
-      v_all := ('[' || array_to_string(p_payloads, ',') || ']')::json;
-      v_hidden := strpos(v_all::text, '\u0000') > 0;
-      IF v_hidden THEN
-        v_all := cwstore._nul_hide(v_all::text)::json;
-      END IF;
-      SELECT min(coalesce(p.o, e.o)) INTO v_bad
-        FROM json_array_elements(v_all) WITH ORDINALITY AS e(v, o)
-        FULL JOIN unnest(p_payloads) WITH ORDINALITY AS p(t, o) ON p.o = e.o
-       WHERE e.o IS NULL OR p.o IS NULL
-          OR (CASE WHEN v_hidden THEN cwstore._nul_show(e.v::text) ELSE e.v::text END) <> p.t;
+      v_hidden := EXISTS (SELECT 1 FROM unnest(p_payloads) AS p(t) WHERE strpos(p.t, '\u0000') > 0);
+      v_all := (CASE WHEN v_hidden THEN cwstore._nul_hide('[' || array_to_string(p_payloads, ',') || ']')
+                     ELSE '[' || array_to_string(p_payloads, ',') || ']' END)::json;
+      -- Element and payload side by side (ROWS FROM pads the shorter with NULLs): no
+      -- join, so no sort or hash holds the payloads again.
+      SELECT min(x.o) INTO v_bad
+        FROM ROWS FROM (json_array_elements(v_all), unnest(p_payloads)) WITH ORDINALITY AS x(v, t, o)
+       WHERE x.v IS NULL OR x.t IS NULL
+          OR (CASE WHEN v_hidden THEN cwstore._nul_show(x.v::text) ELSE x.v::text END) <> x.t;
+      v_all := NULL;  -- not held while the payloads are checked and inserted
     EXCEPTION WHEN invalid_text_representation THEN
       v_bad := 0;
     END;
@@ -613,7 +619,8 @@ COMMENT ON FUNCTION cwstore.import_rows_v1(bigint, bigint[], text[], text[], tex
 -- append that committed first left). CW400 frontier_reference for unknown or repeated
 -- ids, CW404 for an unknown graph id (or one of another tenant).
 CREATE FUNCTION cwstore.declare_frontier_v1(p_graph_id bigint, p_heads text[])
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v_len bigint;
 BEGIN
@@ -752,11 +759,15 @@ BEGIN
   RETURN v_len;
 END $$;
 
--- _batch_fields(nodes): append_v1's batch (a JSON array) read once, each node's fields as arrays in the
--- batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in them
--- kept). Every node is checked for its JSON types, for what the table's constraints
--- would refuse and for _node_problem, so every client gets a CW400 with the safeguard
--- code, the node's position and the path.
+-- _batch_fields(nodes): append_v1's batch (a JSON array), each node's fields as arrays in
+-- the batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in
+-- them kept). Every node is checked for its JSON types, for what the table's
+-- constraints would refuse and for _node_problem, so every client gets a CW400 with the
+-- safeguard code, the node's position and the path (the first node with a problem).
+-- Each node's members are read once (json_each): PostgreSQL's JSON functions keep an
+-- allocation for every name and scalar they read until the row is done, so each more
+-- reading of a 4 MiB payload of small values would cost tens of MB. The rows come in
+-- the array's order, aggregated without a sort (a sort would hold every payload again).
 CREATE FUNCTION cwstore._batch_fields(p_nodes json, OUT b_ids text[], OUT b_kinds text[],
                                       OUT b_parents text[], OUT b_payloads text[],
                                       OUT b_created text[], OUT b_keys text[])
@@ -776,14 +787,12 @@ BEGIN
     v_hidden := true;
     p_nodes := cwstore._nul_hide(p_nodes::text)::json;
   END IF;
-  SELECT array_agg(f.id #>> '{}' ORDER BY f.o), array_agg(f.kind #>> '{}' ORDER BY f.o),
-         array_agg(f.parents::text ORDER BY f.o),
-         array_agg(f.payload ORDER BY f.o),
-         array_agg(f."createdAt" #>> '{}' ORDER BY f.o),
-         array_agg(f."resourceKey" #>> '{}' ORDER BY f.o),
+  SELECT coalesce(array_agg(f.id #>> '{}'), '{}'), array_agg(f.kind #>> '{}'),
+         array_agg(f.parents::text), array_agg(f.payload), array_agg(f."createdAt" #>> '{}'),
+         array_agg(f."resourceKey" #>> '{}'),
          min(f.o) FILTER (WHERE f.problem IS NOT NULL),
-         (array_agg(f.problem ORDER BY f.o) FILTER (WHERE f.problem IS NOT NULL))[1],
-         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END ORDER BY f.o)
+         (array_agg(f.problem) FILTER (WHERE f.problem IS NOT NULL))[1],
+         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END)
             FILTER (WHERE f.problem IS NOT NULL))[1]
     INTO b_ids, b_kinds, b_parents, b_payloads, b_created, b_keys, v_bad, v_problem, v_bad_id
     FROM (SELECT c.*,
@@ -791,15 +800,15 @@ BEGIN
                           cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
                                                 c."resourceKey" #>> '{}')) AS problem
             FROM (SELECT a.o, r.id, r.kind, r.parents, r."createdAt", r."resourceKey",
-                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload::text)
-                              ELSE r.payload::text END AS payload,
+                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload)
+                              ELSE r.payload END AS payload,
                  CASE
                    WHEN json_typeof(a.e) <> 'object' THEN 'shape|$|node must be a JSON object'
-                   WHEN (SELECT count(*) <> count(DISTINCT k) FROM json_object_keys(a.e) k)
+                   WHEN r.fields <> r.names
                      THEN 'shape|$|node repeats a member name (JSON.parse would keep only the last)'
                    WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
                      THEN 'shape|$.id|id must be a string'
-                   WHEN r.kind IS NULL AND json_typeof(a.e -> 'kind') IS NULL
+                   WHEN NOT r.has_kind
                      THEN 'shape|$|node is missing field kind'
                    WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
                      THEN 'kind|$.kind|kind must be one of the ten kinds (a string)'
@@ -810,9 +819,7 @@ BEGIN
                      THEN 'shape|$.createdAt|createdAt must be a string'
                    WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
                      THEN 'shape|$.resourceKey|resourceKey must be a string when present'
-                   WHEN EXISTS (SELECT 1 FROM json_object_keys(a.e) k
-                                 WHERE k NOT IN ('id', 'kind', 'parents', 'payload', 'createdAt',
-                                                 'sequence', 'resourceKey'))
+                   WHEN r.unknown
                      THEN 'shape|$|unknown node field'
                    WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
                                  WHERE json_typeof(pe) <> 'string')
@@ -829,15 +836,24 @@ BEGIN
                      THEN 'shape|$.resourceKey|resourceKey must not be empty'
                  END AS problem0
             FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
-            CROSS JOIN LATERAL json_to_record(CASE json_typeof(a.e) WHEN 'object' THEN a.e
-                                                ELSE '{}' END)
-                 AS r(id json, kind json, parents json, payload json, "createdAt" json,
-                      "resourceKey" json)) c
+            CROSS JOIN LATERAL (
+                   SELECT count(*) AS fields, count(DISTINCT m.k) AS names,
+                          coalesce(bool_or(m.k = 'kind'), false) AS has_kind,
+                          coalesce(bool_or(m.k NOT IN ('id', 'kind', 'parents', 'payload',
+                                                       'createdAt', 'sequence', 'resourceKey')),
+                                   false) AS unknown,
+                          min(m.v::text) FILTER (WHERE m.k = 'id' AND json_typeof(m.v) <> 'null')::json AS id,
+                          min(m.v::text) FILTER (WHERE m.k = 'kind' AND json_typeof(m.v) <> 'null')::json AS kind,
+                          min(m.v::text) FILTER (WHERE m.k = 'parents' AND json_typeof(m.v) <> 'null')::json AS parents,
+                          min(m.v::text) FILTER (WHERE m.k = 'payload' AND json_typeof(m.v) <> 'null') AS payload,
+                          min(m.v::text) FILTER (WHERE m.k = 'createdAt' AND json_typeof(m.v) <> 'null')::json AS "createdAt",
+                          min(m.v::text) FILTER (WHERE m.k = 'resourceKey' AND json_typeof(m.v) <> 'null')::json AS "resourceKey"
+                     FROM json_each(CASE json_typeof(a.e) WHEN 'object' THEN a.e ELSE '{}' END)
+                          AS m(k, v)) r) c
           OFFSET 0) f;  -- a fence: each node's problem is computed once
   IF v_bad IS NOT NULL THEN
     PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
   END IF;
-  b_ids := coalesce(b_ids, '{}');
 END $$;
 
 -- _refuse_repeated(ids, kinds, parents, payloads, keys): one id, one content: CW400
@@ -986,14 +1002,14 @@ RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, wr
                payload_text text, incarnation bigint)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan AS $$
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off AS $$
 DECLARE
   v_graph_id bigint;
   v_len bigint;
   v_new bigint;
   v_heads text[];
   v_life record;
-  v_batch record;
   v_ids text[];
   v_kinds text[];
   v_parents text[];
@@ -1030,13 +1046,9 @@ BEGIN
                                   coalesce(v_len, 0));
   END IF;
 
-  v_batch := cwstore._batch_fields(p_nodes);
-  v_ids := v_batch.b_ids;
-  v_kinds := v_batch.b_kinds;
-  v_parents := v_batch.b_parents;
-  v_payloads := v_batch.b_payloads;
-  v_created := v_batch.b_created;
-  v_keys := v_batch.b_keys;
+  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys
+    FROM cwstore._batch_fields(p_nodes) f;
   IF cardinality(v_ids) > 1 THEN
     PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
   END IF;

@@ -106,7 +106,8 @@ END $$;
 --   Waits for the appends and imports in flight on the graph; the writers that come
 --   after get CW404.
 CREATE FUNCTION cwstore.erase_graph_v1(p_graph text, p_reason text DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
 DECLARE
   v record := cwstore._writer_graph(p_graph);
 BEGIN

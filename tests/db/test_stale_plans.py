@@ -1,0 +1,104 @@
+"""Plans made while the tables were small are not kept as scans (issue 35).
+
+A connection keeps a plpgsql function's plans (and a prepared statement's generic plan)
+for its life. With the tables analyzed while empty, a plan made then reads the whole
+table on every later call, and an append's cost grows with the database. Counted, not
+timed: ``pg_stat_user_tables.seq_scan`` of cwstore's graph tables over many appends, with
+autovacuum off on cwstore's tables so no later ANALYZE rescues the plans. Through a
+plain connection (as psql or the TypeScript runtime call the SQL door: the function's
+own settings) and through the store (its connections' settings). The store's test
+fails without the connections' setting (about 480 scans); the SQL door's passes on this
+workload without the functions' own setting too (migration 0011 was measured on the
+LangGraph saver's puts instead: 2,250 scans of nodes over 150 puts, 316 with the
+functions' setting alone), and guards their plans from here on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psycopg
+
+import cwstore
+
+APPENDS = 120
+KEYS = ("channel:messages", "channel:tools", "checkpoint")
+TABLES = ("graphs", "nodes", "edges", "key_versions", "key_heads", "kind_counts", "frontier_spans")
+
+
+def _analyzed_while_empty(dsn: str) -> None:
+    with cwstore.connect_sync(dsn, migrate_schema=True):
+        pass
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for table in TABLES:
+            c.execute(f"ALTER TABLE cwstore.{table} SET (autovacuum_enabled = off)")
+        c.execute("ANALYZE")
+
+
+def _seq_scans(dsn: str) -> int:
+    """The sequential scans of cwstore's graph tables so far, once they settle (a
+    backend's counters reach the shared statistics when its transaction ends or it
+    exits)."""
+    found = -1
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for _ in range(50):
+            time.sleep(0.2)
+            c.execute("SELECT pg_stat_clear_snapshot()")
+            row = c.execute(
+                "SELECT sum(seq_scan) FROM pg_stat_user_tables"
+                " WHERE schemaname = 'cwstore' AND relname = ANY(%s)",
+                (list(TABLES),),
+            ).fetchone()
+            assert row is not None
+            if int(row[0]) == found:
+                return found
+            found = int(row[0])
+    return found
+
+
+def _node(i: int, parent: str | None, key: str = "k") -> dict[str, Any]:
+    """A version of the resource ``key`` after ``parent`` (its head): the lookups of
+    parents, key heads and key versions all run."""
+    parents = [parent] if parent else []
+    payload = {"step": i, "text": "x" * 200}
+    return {
+        "id": cwstore.compute_id("resource", parents, payload, key),
+        "kind": "resource",
+        "parents": parents,
+        "payload": payload,
+        "resourceKey": key,
+        "createdAt": "2026-12-05T08:00:00.000Z",
+    }
+
+
+def test_the_sql_door_does_not_scan_nodes_with_statistics_of_empty_tables(
+    empty_db_dsn: str,
+) -> None:
+    _analyzed_while_empty(empty_db_dsn)
+    before = _seq_scans(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        heads: dict[str, str] = {}
+        for i in range(APPENDS):
+            batch = [_node(i, heads.get(key), key) for key in KEYS]
+            c.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
+                ("g", json.dumps(batch, separators=(",", ":"))),
+            )
+            heads = {key: str(node["id"]) for key, node in zip(KEYS, batch, strict=True)}
+    assert _seq_scans(empty_db_dsn) - before < APPENDS // 10
+
+
+def test_the_store_does_not_scan_nodes_with_statistics_of_empty_tables(
+    empty_db_dsn: str,
+) -> None:
+    _analyzed_while_empty(empty_db_dsn)
+    before = _seq_scans(empty_db_dsn)
+    with cwstore.connect_sync(empty_db_dsn, min_size=1, max_size=1) as store:
+        parents: list[str] = []
+        for i in range(APPENDS):
+            (stored,) = store.append("g", [_node(i, parents[0] if parents else None)])
+            parents = [stored.id]
+            assert store.frontier("g") == parents
+    assert _seq_scans(empty_db_dsn) - before < APPENDS // 10
