@@ -52,7 +52,7 @@ from .identity import compute_id
 from .results import Projection
 
 if TYPE_CHECKING:
-    from .drivers.psycopg import RawConnection, Statement
+    from .drivers._protocol import Connection
 
 __all__ = ["run_demo"]
 
@@ -453,15 +453,13 @@ def _collect(
     return elapsed(), errors
 
 
-def _print_sql(console: Console, title: str, query: Statement, conn: RawConnection) -> None:
+def _print_sql(console: Console, title: str, query: LiteralString, conn: Connection) -> None:
     """Show a query's text as it can be pasted into psql, run it, show its rows."""
-    from .drivers.psycopg import run, statement_text
-
     console.print(f"\n[bold]{title}[/bold]")
-    console.print(statement_text(query), markup=False, highlight=False, soft_wrap=True)
-    cols, rows = run(conn, query)
+    console.print(query, markup=False, highlight=False, soft_wrap=True)
+    rows = conn.fetch(query)
     t = Table(show_edge=True)
-    for c in cols:
+    for c in rows[0].keys() if rows else ():
         t.add_column(c)
     for r in rows:
         t.add_row(*("" if v is None else str(v) for v in r))
@@ -638,7 +636,7 @@ def _run_workers(dsn: str, graph: str, workers: int, steps: int, out: Console) -
 def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     """The latest answer, (a) its causal history in SQL, (b) a point-in-time read at
     half the graph beside now; returns that half-way sequence."""
-    from .drivers.psycopg import open_raw, quote_literal, statement
+    from .drivers.psycopg import open_connection, quote_literal, statement
     from .store import connect_sync
 
     with connect_sync(dsn, min_size=1, max_size=1, migrate_schema=False) as store:
@@ -655,7 +653,7 @@ def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     )
 
     # (a) Causal history in SQL.
-    with open_raw(dsn) as conn:
+    with open_connection(dsn) as conn:
         args = {"graph": graph, "answer": answer.id}
         q1 = statement(_Q_BY_WORKER, values=args)
         q2 = statement(_Q_NEAREST, values=args)

@@ -106,12 +106,12 @@ def open_store(args: argparse.Namespace, *, migrate: bool = False) -> Store:
     refused with :class:`SchemaNotReadyError` naming ``cwstore init``.
     """
     from .. import migrate as migrations
-    from ..drivers.psycopg import open_raw
+    from ..drivers.psycopg import open_connection
     from ..store import connect_sync
 
     dsn = cli_dsn(args.dsn)
     if not migrate:
-        with open_raw(dsn, pooled=check_pooler(args.pooler)) as conn:
+        with open_connection(dsn, pooled=check_pooler(args.pooler)) as conn:
             st = migrations.status_sync(conn)
         if not st.applied:
             raise SchemaNotReadyError(

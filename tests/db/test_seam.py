@@ -19,6 +19,7 @@ import pytest
 
 import cwstore
 from cwstore._sql import migrations
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 CLIENTS = ["asyncpg", "psycopg"]
@@ -250,7 +251,7 @@ async def test_migrate_schema_brings_an_older_schema_to_the_current_one(
     """A database one migration behind: the store applies the last one, then nothing."""
     files = migrations()
     with psycopg.connect(empty_db_dsn, autocommit=True) as raw:
-        apply_migrations_sync(raw, files[:-1])
+        apply_migrations_sync(PsycopgConnection(raw), files[:-1])
     if client == "asyncpg":
         async with await cwstore.connect(empty_db_dsn) as store:
             applied = await store.migrate_schema()

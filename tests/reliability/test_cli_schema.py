@@ -15,6 +15,7 @@ from test_cli_refusals import assert_refused, cli
 
 from cwstore import jsontext
 from cwstore._sql import migrations
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 READS = [
@@ -46,7 +47,7 @@ def test_a_read_on_a_schema_behind_the_client_changes_nothing(
 ) -> None:
     older = [m for m in migrations() if m.version < len(migrations())]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        apply_migrations_sync(conn, older)
+        apply_migrations_sync(PsycopgConnection(conn), older)
     before = _versions(empty_db_dsn)
     assert_refused(cli(*command, "--dsn", empty_db_dsn), "cwstore init", "behind this client")
     assert _versions(empty_db_dsn) == before
