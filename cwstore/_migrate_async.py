@@ -20,6 +20,7 @@ from ._migration_plan import (
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
     _READ_APPLIED,
+    _READINESS,
     _RECORD,
     _REGRANT,
     _TABLE_EXISTS,
@@ -37,6 +38,7 @@ from ._migration_plan import (
     _script,
     _timeout_setting,
     plan,
+    schema_verdict,
     statements,
 )
 from ._sql import Migration, SchemaFile, migrations, script
@@ -47,6 +49,7 @@ from .errors import Error, MigrationError
 __all__ = [
     "add_tenant_member",
     "apply_migrations",
+    "check_schema",
     "citus_installed",
     "distribute",
     "distributed",
@@ -213,6 +216,26 @@ async def status(
     async with conn.transaction():  # every read in one snapshot
         applied = await _read_applied(conn) or []
     return MigrationStatus(applied=applied, pending=plan(files, applied))
+
+
+async def check_schema(conn: AsyncConnection, files: Sequence[Migration] | None = None) -> None:
+    """Refuse a database whose schema this client may not use, by
+    :func:`~cwstore._migration_plan.schema_verdict` (the one rule): reads in one
+    snapshot, without any lock, and changes nothing.
+
+    Raises :class:`SchemaNotReadyError` (no schema, or one behind ``files``, by default
+    :func:`cwstore._sql.migrations`), or :class:`MigrationError` for a database of
+    another migration chain or an edited migration (see :func:`cwstore.migrate.plan`).
+    """
+    files = migrations() if files is None else files
+    async with conn.transaction(snapshot=True):
+        row = await conn.fetchrow(_READINESS)
+        assert row is not None
+        readable = None
+        if row["readable"]:
+            applied = _applied_rows(await conn.fetch(_READ_APPLIED))
+            readable = MigrationStatus(applied=applied, pending=plan(files, applied))
+    schema_verdict(bool(row["present"]), readable)
 
 
 async def setup(conn: AsyncConnection, *, citus: bool = False, roles: bool = False) -> Setup:
