@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .conninfo import parse_conninfo
+from .conninfo import without_password
 from .document import sort_parents
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
@@ -77,7 +77,7 @@ _CONVENTIONS = (
 _FEATURES = ("parser", "cache", "retry", "metrics", "auth", "export", "search", "config")
 
 # The queries (a) the demo runs and shows. Placeholders are filled with quoted
-# literals (psycopg.sql.Literal) so the text shown is exactly the text run, and
+# literals (drivers.psycopg.statement) so the text shown is exactly the text run, and
 # pasteable into psql.
 _Q_BY_WORKER: LiteralString = """\
 SELECT (n.payload -> 'worker')::int AS worker,
@@ -339,20 +339,6 @@ def _progress_line(status: list[_Status], elapsed: float) -> str:
 
 def _default_graph() -> str:
     return f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-def _display_dsn(dsn: str) -> tuple[str, bool]:
-    """The DSN to show, without a password (and whether one was left out)."""
-    try:
-        params = parse_conninfo(dsn)
-    except InputError:
-        return dsn, False
-    if "password" not in params:
-        return dsn, False
-    params.pop("password")
-    from psycopg.conninfo import make_conninfo
-
-    return make_conninfo("", **params), True
 
 
 def _plural(n: int, word: str) -> str:
@@ -681,7 +667,7 @@ def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
 
 def _print_next_steps(dsn: str, graph: str, half: int, embedded: bool, out: Console) -> None:
     """(c) The commands to explore the graph further: psql, the CLI, the view."""
-    shown, hidden = _display_dsn(dsn)
+    shown, hidden = without_password(dsn)
     dsn_flag = "" if embedded or os.environ.get("CWSTORE_DSN") else f" --dsn {shlex.quote(shown)}"
     g = shlex.quote(graph)
     out.print("\n[bold](c) Explore it yourself[/bold]")
