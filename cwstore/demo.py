@@ -45,8 +45,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .conninfo import without_password
 from .document import sort_parents
+from .drivers._conninfo import without_password
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
 from .results import Projection

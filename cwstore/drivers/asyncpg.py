@@ -17,8 +17,8 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from .._sql import queries
-from ..conninfo import AsyncpgTarget, asyncpg_target
 from ..errors import DatabaseError, Error, map_error
+from ._conninfo import AsyncpgTarget, asyncpg_target
 from ._protocol import MAX_PAYLOADS, CopyRecord, Row, session_bounds
 
 __all__ = [
@@ -60,7 +60,7 @@ async def open_connection(dsn: str, *, pooled: bool = False) -> AsyncIterator[As
     """A connection of its own to ``dsn`` (autocommit, mapped: every driver error leaves
     as a cwstore error), closed when the block ends; a cwstore error when it cannot be
     opened, an :class:`InputError` (before connecting) for a DSN asyncpg cannot honour
-    (:func:`cwstore.conninfo.asyncpg_target`). ``pooled``: the DSN leads to a
+    (:func:`cwstore.drivers._conninfo.asyncpg_target`). ``pooled``: the DSN leads to a
     transaction-mode pooler, so no statement is kept prepared across transactions and
     no session setting is sent; else the connection carries :func:`session_bounds`."""
     raw = await _connect(asyncpg_target(dsn), session_bounds(), pooled=pooled)
@@ -421,7 +421,7 @@ class AsyncpgPool:
         settings of each transaction instead, and no prepared statement kept.
 
         Raises :class:`InputError` (before connecting) for a DSN asyncpg cannot honour
-        (:func:`cwstore.conninfo.asyncpg_target`), a cwstore error when the server
+        (:func:`cwstore.drivers._conninfo.asyncpg_target`), a cwstore error when the server
         cannot be reached."""
         target = asyncpg_target(dsn)
         listen = None if listen_dsn is None else asyncpg_target(listen_dsn)

@@ -16,7 +16,7 @@ from psycopg import ProgrammingError, pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cwstore import InputError
-from cwstore.conninfo import asyncpg_target, parse_conninfo, without_password
+from cwstore.drivers._conninfo import asyncpg_target, parse_conninfo, without_password
 
 _NATIVE = {
     "user", "password", "passfile", "dbname", "host", "port", "options", "application_name",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["AsyncpgTarget", "asyncpg_target", "parse_conninfo", "without_password"]
 
