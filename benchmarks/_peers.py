@@ -56,7 +56,7 @@ import asyncpg
 
 import cwstore
 from cwstore import compute_id
-from cwstore.conninfo import parse_conninfo
+from cwstore.drivers._conninfo import parse_conninfo
 from cwstore.jsontext import dumps
 
 try:

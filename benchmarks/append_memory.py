@@ -41,6 +41,7 @@ except ImportError:  # run from a checkout without installing
 
 from cwstore import compute_id, jsontext, roles
 from cwstore.document import MAX_PAYLOAD_BYTES
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 T0 = "2025-01-01T00:00:00.000Z"
@@ -168,14 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     writer = f"cwmem_{uuid.uuid4().hex[:8]}"
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            apply_migrations_sync(conn)
-            roles.install_roles_sync(conn)
+            apply_migrations_sync(PsycopgConnection(conn))
+            roles.install_roles_sync(PsycopgConnection(conn))
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN IN ROLE cwstore_writer").format(
                     sql.Identifier(writer)
                 )
             )
-            roles.add_tenant_member_sync(conn, "bench", writer)
+            roles.add_tenant_member_sync(PsycopgConnection(conn), "bench", writer)
         writer_dsn = make_conninfo(**{**params, "user": writer})
         print(f"{'shape':<14} {'payload':>10} " + " ".join(f"{d:>22}" for d in args.doors))
         for shape in args.shapes:

@@ -35,6 +35,7 @@ except ImportError:  # run from a checkout without installing
 
 from _workload import generate_nodes
 
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 SIZES = """
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(dsn: str, args: argparse.Namespace) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        apply_migrations_sync(conn)
+        apply_migrations_sync(PsycopgConnection(conn))
         for (t,) in conn.execute(
             "SELECT c.oid::regclass::text FROM pg_class c"
             " WHERE c.relnamespace = 'cwstore'::regnamespace AND c.relkind = 'r'"

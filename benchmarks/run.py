@@ -540,11 +540,12 @@ async def bench_citus(
     the coordinator, not the speed-up of more machines."""
     import psycopg
 
+    from cwstore.drivers.psycopg import PsycopgConnection
     from cwstore.migrate import apply_migrations_sync, distribute_sync
 
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
-        apply_migrations_sync(conn)
-        distribute_sync(conn)
+        apply_migrations_sync(PsycopgConnection(conn))
+        distribute_sync(PsycopgConnection(conn))
         workers = conn.execute("SELECT count(*) FROM pg_dist_node WHERE groupid <> 0").fetchone()
     cluster = await cwstore.connect(citus_dsn, min_size=2, max_size=16, migrate_schema=False)
     rows: list[Row] = []

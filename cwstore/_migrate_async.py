@@ -20,6 +20,7 @@ from ._migration_plan import (
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
     _READ_APPLIED,
+    _READINESS,
     _RECORD,
     _REGRANT,
     _TABLE_EXISTS,
@@ -37,22 +38,18 @@ from ._migration_plan import (
     _script,
     _timeout_setting,
     plan,
+    schema_verdict,
     statements,
 )
 from ._sql import Migration, SchemaFile, migrations, script
-from .drivers.asyncpg import (
-    ERRORS,
-    AsyncpgConnection,
-    DriverError,
-    RawConnection,
-    open_raw,
-    wrap,
-)
-from .errors import MigrationError
+from .drivers._protocol import AsyncConnection
+from .drivers.asyncpg import open_connection
+from .errors import Error, MigrationError
 
 __all__ = [
     "add_tenant_member",
     "apply_migrations",
+    "check_schema",
     "citus_installed",
     "distribute",
     "distributed",
@@ -65,14 +62,14 @@ __all__ = [
 _ADD_MEMBER: Final = "SELECT cwstore.add_tenant_member($1, $2)"
 
 
-async def _read_applied(conn: AsyncpgConnection) -> list[AppliedMigration] | None:
+async def _read_applied(conn: AsyncConnection) -> list[AppliedMigration] | None:
     """The recorded rows, or None when the bookkeeping table does not exist. No lock."""
     if not await conn.fetchval(_TABLE_EXISTS):
         return None
     return _applied_rows(await conn.fetch(_READ_APPLIED))
 
 
-async def _lock_and_read(conn: AsyncpgConnection, timeout: str) -> list[AppliedMigration]:
+async def _lock_and_read(conn: AsyncConnection, timeout: str) -> list[AppliedMigration]:
     await conn.execute(_LOCK_TIMEOUT, timeout)
     if not await conn.fetchval(_TABLE_EXISTS):
         await conn.execute_script(_BOOTSTRAP)
@@ -80,12 +77,12 @@ async def _lock_and_read(conn: AsyncpgConnection, timeout: str) -> list[AppliedM
     return _applied_rows(await conn.fetch(_READ_APPLIED))
 
 
-async def _record(conn: AsyncpgConnection, migration: Migration) -> None:
+async def _record(conn: AsyncConnection, migration: Migration) -> None:
     await conn.execute(_RECORD, migration.version, migration.name, migration.sha256)
 
 
 async def _install(
-    conn: AsyncpgConnection, files: Sequence[Migration], schema_files: Sequence[SchemaFile]
+    conn: AsyncConnection, files: Sequence[Migration], schema_files: Sequence[SchemaFile]
 ) -> None:
     for f in schema_files:
         await conn.execute_script(_script(f.sql))
@@ -95,7 +92,7 @@ async def _install(
 
 
 async def _first_run(
-    conn: AsyncpgConnection,
+    conn: AsyncConnection,
     files: Sequence[Migration],
     schema_files: Sequence[SchemaFile],
     timeout: str,
@@ -111,31 +108,33 @@ async def _first_run(
                     return [], plan(files, applied)
                 try:
                     await _install(conn, files, schema_files)
-                except DriverError as exc:
+                except Error as exc:
                     if exc.sqlstate == _LOCK_NOT_AVAILABLE:
                         raise
                     raise _install_failed(exc) from exc
                 return [m.version for m in files], []
-        except DriverError as exc:
+        except MigrationError:
+            raise
+        except Error as exc:
             if exc.sqlstate != _UNIQUE_VIOLATION or attempt == 2:
                 raise
     raise AssertionError("unreachable")
 
 
 async def apply_migrations(
-    conn: RawConnection,
+    conn: AsyncConnection,
     files: Sequence[Migration] | None = None,
     *,
     schema_files: Sequence[SchemaFile] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> list[int]:
-    """Bring the schema up to date over a connection of the driver (``asyncpg`` here).
+    """Bring the schema up to date over a connection (of :func:`open_connection`).
 
     Parameters
     ----------
     conn:
-        An open connection, autocommit or not, with no transaction in progress. Each
-        step commits on it as it goes.
+        An open connection with no transaction in progress. Each step commits on it as
+        it goes.
     files:
         The migrations; defaults to :func:`cwstore._sql.migrations`.
     schema_files:
@@ -158,41 +157,46 @@ async def apply_migrations(
         The database was made by another migration chain, an applied migration's file
         changed, the connection is inside a transaction, a lock was not granted within
         ``lock_timeout``, or a step failed (it is rolled back; ``__cause__`` is the
-        driver's error, and the migrations before it stay applied).
+        cwstore error the step raised, and the migrations before it stay applied).
     """
     files, schema_files = _default_schema(files, schema_files)
-    c = AsyncpgConnection(conn)
-    if c.in_transaction():
+    if conn.in_transaction():
         raise _not_in_transaction()
     timeout = _timeout_setting(lock_timeout)
-    async with c.transaction():
-        applied = await _read_applied(c)
+    async with conn.transaction():
+        applied = await _read_applied(conn)
     if applied is not None and not plan(files, applied):
         return []
     try:
-        done, todo = await _first_run(c, files, schema_files, timeout)
+        done, todo = await _first_run(conn, files, schema_files, timeout)
         for migration in todo:
             try:
-                async with c.transaction():
-                    if not plan([migration], await _lock_and_read(c, timeout)):
+                async with conn.transaction():
+                    if not plan([migration], await _lock_and_read(conn, timeout)):
                         continue  # another process applied it while we waited for the lock
                     for statement in statements(migration.sql):
-                        await c.execute_script(_script(statement))
-                    await _record(c, migration)
-                    await c.execute_script(_REGRANT)
-            except DriverError as exc:
+                        await conn.execute_script(_script(statement))
+                    await _record(conn, migration)
+                    await conn.execute_script(_REGRANT)
+            except MigrationError:
+                raise
+            except Error as exc:
                 if exc.sqlstate == _LOCK_NOT_AVAILABLE:
                     raise
                 raise _failed(migration, exc) from exc
             done.append(migration.version)
-    except DriverError as exc:
+    except MigrationError:
+        raise
+    except Error as exc:
         if exc.sqlstate == _LOCK_NOT_AVAILABLE:
             raise _lock_timed_out(lock_timeout, exc) from exc
         raise MigrationError(f"migrating failed: {exc}") from exc
     return done
 
 
-async def status(conn: RawConnection, files: Sequence[Migration] | None = None) -> MigrationStatus:
+async def status(
+    conn: AsyncConnection, files: Sequence[Migration] | None = None
+) -> MigrationStatus:
     """Report applied and pending migrations; changes nothing.
 
     Parameters
@@ -209,13 +213,32 @@ async def status(conn: RawConnection, files: Sequence[Migration] | None = None) 
         file changed (see :func:`cwstore.migrate.plan`).
     """
     files = migrations() if files is None else files
-    c = AsyncpgConnection(conn)
-    async with c.transaction():  # so a non-autocommit connection is left as it was found
-        applied = await _read_applied(c) or []
+    async with conn.transaction():  # every read in one snapshot
+        applied = await _read_applied(conn) or []
     return MigrationStatus(applied=applied, pending=plan(files, applied))
 
 
-async def setup(conn: RawConnection, *, citus: bool = False, roles: bool = False) -> Setup:
+async def check_schema(conn: AsyncConnection, files: Sequence[Migration] | None = None) -> None:
+    """Refuse a database whose schema this client may not use, by
+    :func:`~cwstore._migration_plan.schema_verdict` (the one rule): reads in one
+    snapshot, without any lock, and changes nothing.
+
+    Raises :class:`SchemaNotReadyError` (no schema, or one behind ``files``, by default
+    :func:`cwstore._sql.migrations`), or :class:`MigrationError` for a database of
+    another migration chain or an edited migration (see :func:`cwstore.migrate.plan`).
+    """
+    files = migrations() if files is None else files
+    async with conn.transaction(snapshot=True):
+        row = await conn.fetchrow(_READINESS)
+        assert row is not None
+        readable = None
+        if row["readable"]:
+            applied = _applied_rows(await conn.fetch(_READ_APPLIED))
+            readable = MigrationStatus(applied=applied, pending=plan(files, applied))
+    schema_verdict(bool(row["present"]), readable)
+
+
+async def setup(conn: AsyncConnection, *, citus: bool = False, roles: bool = False) -> Setup:
     """Bring a database's cwstore schema up to date: the one way every caller does it
     (``cwstore init``, :func:`~cwstore.connect` with ``migrate_schema=True``, the tests).
 
@@ -245,65 +268,56 @@ async def migrate_dsn(dsn: str, *, pooled: bool = False) -> Setup:
     """:func:`setup` on a connection of its own to ``dsn``, closed after (``pooled``:
     ``dsn`` leads to a transaction-mode pooler). Raises :class:`MigrationError`, or a
     cwstore error when the server cannot be reached."""
-    conn = await open_raw(dsn, pooled=pooled)
-    try:
+    async with open_connection(dsn, pooled=pooled) as conn:
         return await setup(conn)
-    except ERRORS as exc:
-        raise wrap(exc) from exc
-    finally:
-        await conn.close()
 
 
-async def distribute(conn: RawConnection) -> None:
+async def distribute(conn: AsyncConnection) -> None:
     """Distribute a migrated schema on a Citus cluster (``cwstore init --citus``).
 
     Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
     keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
     reference tables (docs/scaling.md). Idempotent. Raises :class:`MigrationError` when
     the connection is inside a transaction, the database has no citus extension, or
-    Citus refuses a step (nothing is changed; ``__cause__`` is the driver's error).
+    Citus refuses a step (nothing is changed; ``__cause__`` is the cwstore error).
     """
-    c = AsyncpgConnection(conn)
-    if c.in_transaction():
+    if conn.in_transaction():
         raise _not_in_transaction()
     try:
-        async with c.transaction():
-            await c.execute_script(script("citus.sql"))
-    except DriverError as exc:
+        async with conn.transaction():
+            await conn.execute_script(script("citus.sql"))
+    except Error as exc:
         raise MigrationError(f"distributing the schema on Citus failed: {exc}") from exc
 
 
-async def citus_installed(conn: RawConnection) -> bool:
+async def citus_installed(conn: AsyncConnection) -> bool:
     """Whether the database has the citus extension; reads only."""
-    c = AsyncpgConnection(conn)
-    async with c.transaction():
-        return bool(await c.fetchval(_CITUS_INSTALLED))
+    async with conn.transaction():
+        return bool(await conn.fetchval(_CITUS_INSTALLED))
 
 
-async def distributed(conn: RawConnection) -> bool:
+async def distributed(conn: AsyncConnection) -> bool:
     """Whether the schema is distributed on Citus (:func:`distribute` ran); reads only.
 
     A migration that redefines a function resets the settings ``citus.sql`` gives it,
     so ``cwstore init`` runs :func:`distribute` again after migrating such a database.
     """
-    c = AsyncpgConnection(conn)
-    async with c.transaction():
-        if not await c.fetchval(_CITUS_INSTALLED):
+    async with conn.transaction():
+        if not await conn.fetchval(_CITUS_INSTALLED):
             return False
-        return bool(await c.fetchval(_DISTRIBUTED))
+        return bool(await conn.fetchval(_DISTRIBUTED))
 
 
-async def install_roles(conn: RawConnection) -> None:
+async def install_roles(conn: AsyncConnection) -> None:
     """Create the group roles if missing and (re)apply their grants, in one transaction
     (``cwstore/sql/roles.sql``).
 
     Needs a migrated schema and a role that owns it and may create roles.
     """
-    c = AsyncpgConnection(conn)
-    async with c.transaction():
-        await c.execute_script(script("roles.sql"))
+    async with conn.transaction():
+        await conn.execute_script(script("roles.sql"))
 
 
-async def add_tenant_member(conn: RawConnection, tenant: str, role: str) -> None:
+async def add_tenant_member(conn: AsyncConnection, tenant: str, role: str) -> None:
     """Let ``role`` (and its members) read and write the graphs of ``tenant``."""
-    await AsyncpgConnection(conn).execute(_ADD_MEMBER, tenant, role)
+    await conn.execute(_ADD_MEMBER, tenant, role)

@@ -23,6 +23,7 @@ from ._migration_plan import (
     _LOCK_NOT_AVAILABLE,
     _LOCK_TIMEOUT,
     _READ_APPLIED,
+    _READINESS,
     _RECORD,
     _REGRANT,
     _TABLE_EXISTS,
@@ -40,22 +41,18 @@ from ._migration_plan import (
     _script,
     _timeout_setting,
     plan,
+    schema_verdict,
     statements,
 )
 from ._sql import Migration, SchemaFile, migrations, script
-from .drivers.psycopg import (
-    ERRORS,
-    DriverError,
-    PsycopgConnection,
-    RawConnection,
-    open_raw,
-    wrap,
-)
-from .errors import MigrationError
+from .drivers._protocol import Connection
+from .drivers.psycopg import open_connection
+from .errors import Error, MigrationError
 
 __all__ = [
     "add_tenant_member",
     "apply_migrations",
+    "check_schema",
     "citus_installed",
     "distribute",
     "distributed",
@@ -68,14 +65,14 @@ __all__ = [
 _ADD_MEMBER: Final = "SELECT cwstore.add_tenant_member($1, $2)"
 
 
-def _read_applied(conn: PsycopgConnection) -> list[AppliedMigration] | None:
+def _read_applied(conn: Connection) -> list[AppliedMigration] | None:
     """The recorded rows, or None when the bookkeeping table does not exist. No lock."""
     if not conn.fetchval(_TABLE_EXISTS):
         return None
     return _applied_rows(conn.fetch(_READ_APPLIED))
 
 
-def _lock_and_read(conn: PsycopgConnection, timeout: str) -> list[AppliedMigration]:
+def _lock_and_read(conn: Connection, timeout: str) -> list[AppliedMigration]:
     conn.execute(_LOCK_TIMEOUT, timeout)
     if not conn.fetchval(_TABLE_EXISTS):
         conn.execute_script(_BOOTSTRAP)
@@ -83,12 +80,12 @@ def _lock_and_read(conn: PsycopgConnection, timeout: str) -> list[AppliedMigrati
     return _applied_rows(conn.fetch(_READ_APPLIED))
 
 
-def _record(conn: PsycopgConnection, migration: Migration) -> None:
+def _record(conn: Connection, migration: Migration) -> None:
     conn.execute(_RECORD, migration.version, migration.name, migration.sha256)
 
 
 def _install(
-    conn: PsycopgConnection, files: Sequence[Migration], schema_files: Sequence[SchemaFile]
+    conn: Connection, files: Sequence[Migration], schema_files: Sequence[SchemaFile]
 ) -> None:
     for f in schema_files:
         conn.execute_script(_script(f.sql))
@@ -98,7 +95,7 @@ def _install(
 
 
 def _first_run(
-    conn: PsycopgConnection,
+    conn: Connection,
     files: Sequence[Migration],
     schema_files: Sequence[SchemaFile],
     timeout: str,
@@ -114,31 +111,33 @@ def _first_run(
                     return [], plan(files, applied)
                 try:
                     _install(conn, files, schema_files)
-                except DriverError as exc:
+                except Error as exc:
                     if exc.sqlstate == _LOCK_NOT_AVAILABLE:
                         raise
                     raise _install_failed(exc) from exc
                 return [m.version for m in files], []
-        except DriverError as exc:
+        except MigrationError:
+            raise
+        except Error as exc:
             if exc.sqlstate != _UNIQUE_VIOLATION or attempt == 2:
                 raise
     raise AssertionError("unreachable")
 
 
 def apply_migrations(
-    conn: RawConnection,
+    conn: Connection,
     files: Sequence[Migration] | None = None,
     *,
     schema_files: Sequence[SchemaFile] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> list[int]:
-    """Bring the schema up to date over a connection of the driver (``psycopg`` here).
+    """Bring the schema up to date over a connection (of :func:`open_connection`).
 
     Parameters
     ----------
     conn:
-        An open connection, autocommit or not, with no transaction in progress. Each
-        step commits on it as it goes.
+        An open connection with no transaction in progress. Each step commits on it as
+        it goes.
     files:
         The migrations; defaults to :func:`cwstore._sql.migrations`.
     schema_files:
@@ -161,41 +160,44 @@ def apply_migrations(
         The database was made by another migration chain, an applied migration's file
         changed, the connection is inside a transaction, a lock was not granted within
         ``lock_timeout``, or a step failed (it is rolled back; ``__cause__`` is the
-        driver's error, and the migrations before it stay applied).
+        cwstore error the step raised, and the migrations before it stay applied).
     """
     files, schema_files = _default_schema(files, schema_files)
-    c = PsycopgConnection(conn)
-    if c.in_transaction():
+    if conn.in_transaction():
         raise _not_in_transaction()
     timeout = _timeout_setting(lock_timeout)
-    with c.transaction():
-        applied = _read_applied(c)
+    with conn.transaction():
+        applied = _read_applied(conn)
     if applied is not None and not plan(files, applied):
         return []
     try:
-        done, todo = _first_run(c, files, schema_files, timeout)
+        done, todo = _first_run(conn, files, schema_files, timeout)
         for migration in todo:
             try:
-                with c.transaction():
-                    if not plan([migration], _lock_and_read(c, timeout)):
+                with conn.transaction():
+                    if not plan([migration], _lock_and_read(conn, timeout)):
                         continue  # another process applied it while we waited for the lock
                     for statement in statements(migration.sql):
-                        c.execute_script(_script(statement))
-                    _record(c, migration)
-                    c.execute_script(_REGRANT)
-            except DriverError as exc:
+                        conn.execute_script(_script(statement))
+                    _record(conn, migration)
+                    conn.execute_script(_REGRANT)
+            except MigrationError:
+                raise
+            except Error as exc:
                 if exc.sqlstate == _LOCK_NOT_AVAILABLE:
                     raise
                 raise _failed(migration, exc) from exc
             done.append(migration.version)
-    except DriverError as exc:
+    except MigrationError:
+        raise
+    except Error as exc:
         if exc.sqlstate == _LOCK_NOT_AVAILABLE:
             raise _lock_timed_out(lock_timeout, exc) from exc
         raise MigrationError(f"migrating failed: {exc}") from exc
     return done
 
 
-def status(conn: RawConnection, files: Sequence[Migration] | None = None) -> MigrationStatus:
+def status(conn: Connection, files: Sequence[Migration] | None = None) -> MigrationStatus:
     """Report applied and pending migrations; changes nothing.
 
     Parameters
@@ -212,13 +214,32 @@ def status(conn: RawConnection, files: Sequence[Migration] | None = None) -> Mig
         file changed (see :func:`cwstore.migrate.plan`).
     """
     files = migrations() if files is None else files
-    c = PsycopgConnection(conn)
-    with c.transaction():  # so a non-autocommit connection is left as it was found
-        applied = _read_applied(c) or []
+    with conn.transaction():  # every read in one snapshot
+        applied = _read_applied(conn) or []
     return MigrationStatus(applied=applied, pending=plan(files, applied))
 
 
-def setup(conn: RawConnection, *, citus: bool = False, roles: bool = False) -> Setup:
+def check_schema(conn: Connection, files: Sequence[Migration] | None = None) -> None:
+    """Refuse a database whose schema this client may not use, by
+    :func:`~cwstore._migration_plan.schema_verdict` (the one rule): reads in one
+    snapshot, without any lock, and changes nothing.
+
+    Raises :class:`SchemaNotReadyError` (no schema, or one behind ``files``, by default
+    :func:`cwstore._sql.migrations`), or :class:`MigrationError` for a database of
+    another migration chain or an edited migration (see :func:`cwstore.migrate.plan`).
+    """
+    files = migrations() if files is None else files
+    with conn.transaction(snapshot=True):
+        row = conn.fetchrow(_READINESS)
+        assert row is not None
+        readable = None
+        if row["readable"]:
+            applied = _applied_rows(conn.fetch(_READ_APPLIED))
+            readable = MigrationStatus(applied=applied, pending=plan(files, applied))
+    schema_verdict(bool(row["present"]), readable)
+
+
+def setup(conn: Connection, *, citus: bool = False, roles: bool = False) -> Setup:
     """Bring a database's cwstore schema up to date: the one way every caller does it
     (``cwstore init``, :func:`~cwstore.connect_sync` with ``migrate_schema=True``, the tests).
 
@@ -248,65 +269,56 @@ def migrate_dsn(dsn: str, *, pooled: bool = False) -> Setup:
     """:func:`setup` on a connection of its own to ``dsn``, closed after (``pooled``:
     ``dsn`` leads to a transaction-mode pooler). Raises :class:`MigrationError`, or a
     cwstore error when the server cannot be reached."""
-    conn = open_raw(dsn, pooled=pooled)
-    try:
+    with open_connection(dsn, pooled=pooled) as conn:
         return setup(conn)
-    except ERRORS as exc:
-        raise wrap(exc) from exc
-    finally:
-        conn.close()
 
 
-def distribute(conn: RawConnection) -> None:
+def distribute(conn: Connection) -> None:
     """Distribute a migrated schema on a Citus cluster (``cwstore init --citus``).
 
     Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
     keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
     reference tables (docs/scaling.md). Idempotent. Raises :class:`MigrationError` when
     the connection is inside a transaction, the database has no citus extension, or
-    Citus refuses a step (nothing is changed; ``__cause__`` is the driver's error).
+    Citus refuses a step (nothing is changed; ``__cause__`` is the cwstore error).
     """
-    c = PsycopgConnection(conn)
-    if c.in_transaction():
+    if conn.in_transaction():
         raise _not_in_transaction()
     try:
-        with c.transaction():
-            c.execute_script(script("citus.sql"))
-    except DriverError as exc:
+        with conn.transaction():
+            conn.execute_script(script("citus.sql"))
+    except Error as exc:
         raise MigrationError(f"distributing the schema on Citus failed: {exc}") from exc
 
 
-def citus_installed(conn: RawConnection) -> bool:
+def citus_installed(conn: Connection) -> bool:
     """Whether the database has the citus extension; reads only."""
-    c = PsycopgConnection(conn)
-    with c.transaction():
-        return bool(c.fetchval(_CITUS_INSTALLED))
+    with conn.transaction():
+        return bool(conn.fetchval(_CITUS_INSTALLED))
 
 
-def distributed(conn: RawConnection) -> bool:
+def distributed(conn: Connection) -> bool:
     """Whether the schema is distributed on Citus (:func:`distribute` ran); reads only.
 
     A migration that redefines a function resets the settings ``citus.sql`` gives it,
     so ``cwstore init`` runs :func:`distribute` again after migrating such a database.
     """
-    c = PsycopgConnection(conn)
-    with c.transaction():
-        if not c.fetchval(_CITUS_INSTALLED):
+    with conn.transaction():
+        if not conn.fetchval(_CITUS_INSTALLED):
             return False
-        return bool(c.fetchval(_DISTRIBUTED))
+        return bool(conn.fetchval(_DISTRIBUTED))
 
 
-def install_roles(conn: RawConnection) -> None:
+def install_roles(conn: Connection) -> None:
     """Create the group roles if missing and (re)apply their grants, in one transaction
     (``cwstore/sql/roles.sql``).
 
     Needs a migrated schema and a role that owns it and may create roles.
     """
-    c = PsycopgConnection(conn)
-    with c.transaction():
-        c.execute_script(script("roles.sql"))
+    with conn.transaction():
+        conn.execute_script(script("roles.sql"))
 
 
-def add_tenant_member(conn: RawConnection, tenant: str, role: str) -> None:
+def add_tenant_member(conn: Connection, tenant: str, role: str) -> None:
     """Let ``role`` (and its members) read and write the graphs of ``tenant``."""
-    PsycopgConnection(conn).execute(_ADD_MEMBER, tenant, role)
+    conn.execute(_ADD_MEMBER, tenant, role)

@@ -11,7 +11,7 @@ from typing import Final, LiteralString
 
 from cwstore._sql import Migration, SchemaFile, migrations, schema
 from cwstore.drivers._protocol import Row
-from cwstore.errors import MigrationError
+from cwstore.errors import MigrationError, SchemaNotReadyError
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
@@ -19,6 +19,7 @@ __all__ = [
     "MigrationStatus",
     "Setup",
     "plan",
+    "schema_verdict",
     "statements",
 ]
 
@@ -47,6 +48,11 @@ COMMENT ON TABLE cwstore.schema_migrations IS
     'with the SHA-256 of the file as applied (or as stamped, for a database built from '
     'cwstore/sql/schema/). Never edit an applied file; add the next one.';
 """
+_READINESS: Final = (
+    "SELECT to_regclass('cwstore.nodes') IS NOT NULL AS present,"
+    " coalesce(pg_catalog.has_table_privilege("
+    "to_regclass('cwstore.schema_migrations'), 'SELECT'), false) AS readable"
+)
 _LOCK_TIMEOUT: Final = "SELECT set_config('lock_timeout', $1, true)"
 _LOCK: Final = "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE"
 _READ_APPLIED: Final = (
@@ -289,3 +295,30 @@ def _default_schema(
     if files is None:
         return migrations(), list(schema() if given is None else given)
     return list(files), list(given or [])
+
+
+def schema_verdict(present: bool, status: MigrationStatus | None) -> None:
+    """The one rule for "may this client use this database's schema?", which
+    :func:`cwstore.connect` and every CLI command that does not migrate apply (through
+    ``check_schema``): pure, the reads are the caller's.
+
+    ``present``: the schema's tables exist. ``status``: what the bookkeeping records
+    against this client's migrations, or ``None`` when the connecting role may not
+    read it (a tenant's role): then the tables existing is all that can be known.
+
+    Raises :class:`SchemaNotReadyError` naming ``cwstore init`` when the database holds
+    no cwstore schema (no tables, or nothing recorded), or when a migration of this
+    client is not recorded (the schema is behind).
+    """
+    if not present or (status is not None and not status.applied):
+        raise SchemaNotReadyError(
+            "this database holds no cwstore schema: run `cwstore init` first "
+            "(or connect with migrate_schema=True)"
+        )
+    if status is not None and status.pending:
+        raise SchemaNotReadyError(
+            f"this database's cwstore schema is at version {status.current_version}, "
+            f"behind this client ({status.pending[0].filename} and "
+            f"{len(status.pending) - 1} more pending): run `cwstore init` to bring it up "
+            "to date (or connect with migrate_schema=True)"
+        )

@@ -45,14 +45,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .conninfo import parse_conninfo
 from .document import sort_parents
+from .drivers._conninfo import without_password
 from .errors import ChainConflictError, Error, InputError, UnknownGraphError
 from .identity import compute_id
 from .results import Projection
 
 if TYPE_CHECKING:
-    from .drivers.psycopg import RawConnection, Statement
+    from .drivers._protocol import Connection
 
 __all__ = ["run_demo"]
 
@@ -77,7 +77,7 @@ _CONVENTIONS = (
 _FEATURES = ("parser", "cache", "retry", "metrics", "auth", "export", "search", "config")
 
 # The queries (a) the demo runs and shows. Placeholders are filled with quoted
-# literals (psycopg.sql.Literal) so the text shown is exactly the text run, and
+# literals (drivers.psycopg.statement) so the text shown is exactly the text run, and
 # pasteable into psql.
 _Q_BY_WORKER: LiteralString = """\
 SELECT (n.payload -> 'worker')::int AS worker,
@@ -341,20 +341,6 @@ def _default_graph() -> str:
     return f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def _display_dsn(dsn: str) -> tuple[str, bool]:
-    """The DSN to show, without a password (and whether one was left out)."""
-    try:
-        params = parse_conninfo(dsn)
-    except InputError:
-        return dsn, False
-    if "password" not in params:
-        return dsn, False
-    params.pop("password")
-    from psycopg.conninfo import make_conninfo
-
-    return make_conninfo("", **params), True
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -453,15 +439,13 @@ def _collect(
     return elapsed(), errors
 
 
-def _print_sql(console: Console, title: str, query: Statement, conn: RawConnection) -> None:
+def _print_sql(console: Console, title: str, query: LiteralString, conn: Connection) -> None:
     """Show a query's text as it can be pasted into psql, run it, show its rows."""
-    from .drivers.psycopg import run, statement_text
-
     console.print(f"\n[bold]{title}[/bold]")
-    console.print(statement_text(query), markup=False, highlight=False, soft_wrap=True)
-    cols, rows = run(conn, query)
+    console.print(query, markup=False, highlight=False, soft_wrap=True)
+    rows = conn.fetch(query)
     t = Table(show_edge=True)
-    for c in cols:
+    for c in rows[0].keys() if rows else ():
         t.add_column(c)
     for r in rows:
         t.add_row(*("" if v is None else str(v) for v in r))
@@ -638,7 +622,7 @@ def _run_workers(dsn: str, graph: str, workers: int, steps: int, out: Console) -
 def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     """The latest answer, (a) its causal history in SQL, (b) a point-in-time read at
     half the graph beside now; returns that half-way sequence."""
-    from .drivers.psycopg import open_raw, quote_literal, statement
+    from .drivers.psycopg import open_connection, quote_literal, statement
     from .store import connect_sync
 
     with connect_sync(dsn, min_size=1, max_size=1, migrate_schema=False) as store:
@@ -655,7 +639,7 @@ def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
     )
 
     # (a) Causal history in SQL.
-    with open_raw(dsn) as conn:
+    with open_connection(dsn) as conn:
         args = {"graph": graph, "answer": answer.id}
         q1 = statement(_Q_BY_WORKER, values=args)
         q2 = statement(_Q_NEAREST, values=args)
@@ -683,7 +667,7 @@ def _show_reads(dsn: str, graph: str, workers: int, out: Console) -> int:
 
 def _print_next_steps(dsn: str, graph: str, half: int, embedded: bool, out: Console) -> None:
     """(c) The commands to explore the graph further: psql, the CLI, the view."""
-    shown, hidden = _display_dsn(dsn)
+    shown, hidden = without_password(dsn)
     dsn_flag = "" if embedded or os.environ.get("CWSTORE_DSN") else f" --dsn {shlex.quote(shown)}"
     g = shlex.quote(graph)
     out.print("\n[bold](c) Explore it yourself[/bold]")

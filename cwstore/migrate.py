@@ -52,6 +52,7 @@ from ._runner import runner_attribute
 if TYPE_CHECKING:
     from ._migrate_async import (
         apply_migrations,
+        check_schema,
         citus_installed,
         distribute,
         distributed,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         status,
     )
     from ._migrate_sync import apply_migrations as apply_migrations_sync
+    from ._migrate_sync import check_schema as check_schema_sync
     from ._migrate_sync import citus_installed as citus_installed_sync
     from ._migrate_sync import distribute as distribute_sync
     from ._migrate_sync import distributed as distributed_sync
@@ -74,6 +76,8 @@ __all__ = [
     "Setup",
     "apply_migrations",
     "apply_migrations_sync",
+    "check_schema",
+    "check_schema_sync",
     "citus_installed",
     "citus_installed_sync",
     "distribute",

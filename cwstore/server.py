@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-from cwstore.drivers.psycopg import open_raw, run, statement
+from cwstore.drivers.psycopg import open_connection, statement
 from cwstore.errors import Error
 
 # pgserver asks platformdirs for a runtime folder when it is imported, which warns on
@@ -150,10 +150,9 @@ def _start(pgdata: Path) -> PostmasterInfo:
 
 
 def _ensure_database(info: PostmasterInfo, database: str) -> None:
-    with open_raw(_dsn(info, "postgres")) as conn:
-        _, found = run(conn, "SELECT 1 FROM pg_database WHERE datname = $1", database)
-        if not found:
-            run(conn, statement("CREATE DATABASE {name}", names={"name": database}))
+    with open_connection(_dsn(info, "postgres")) as conn:
+        if not conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database):
+            conn.execute_script(statement("CREATE DATABASE {name}", names={"name": database}))
 
 
 def ensure_server(home: Path | None = None, *, database: str = DATABASE) -> str:
@@ -286,11 +285,13 @@ def temporary_server(
     try:
         dsn = ensure_server(home, database="postgres")
         if settings:
-            with open_raw(dsn) as conn:
+            with open_connection(dsn) as conn:
                 for name, value in settings.items():
                     alter = "ALTER SYSTEM SET {name} = {value}"
-                    run(conn, statement(alter, names={"name": name}, values={"value": value}))
-                run(conn, "SELECT pg_reload_conf()")
+                    conn.execute_script(
+                        statement(alter, names={"name": name}, values={"value": value})
+                    )
+                conn.execute("SELECT pg_reload_conf()")
         yield dsn
     finally:
         try:

@@ -73,7 +73,6 @@ from .dsn import resolve_dsn
 from .errors import (
     Error,
     GraphErasedError,
-    SchemaNotReadyError,
     UnknownGraphError,
     ValidationError,
 )
@@ -161,7 +160,8 @@ def connect_sync(
         or both ``dsn`` and ``embedded``; or a bad ``tenant``, ``statement_timeout``,
         ``pooler`` or ``poll_interval``. Nothing was started.
     SchemaNotReadyError
-        The database holds no cwstore schema (run ``cwstore init``).
+        The database holds no cwstore schema, or one behind this client (run
+        ``cwstore init``); the rule is :func:`cwstore.migrate.check_schema`'s.
     DatabaseError
         The server could not be reached.
     """
@@ -171,7 +171,7 @@ def connect_sync(
     real = resolve_dsn(dsn, embedded=embedded)
     # The driver is imported here, not with this module: `import cwstore` needs neither
     # driver, and a user of one client never needs the other's.
-    from ._migrate_sync import migrate_dsn
+    from ._migrate_sync import check_schema, migrate_dsn
     from .drivers.psycopg import PsycopgPool
 
     if migrate_schema:
@@ -187,11 +187,7 @@ def connect_sync(
     )
     try:
         with pool.connection() as conn:
-            if not conn.fetchval(q("schema_present")):
-                raise SchemaNotReadyError(
-                    "this database holds no cwstore schema: run `cwstore init` "
-                    "(or connect with migrate_schema=True)"
-                )
+            check_schema(conn)
     except BaseException:
         pool.close()
         raise

@@ -70,7 +70,6 @@ from .dsn import resolve_dsn
 from .errors import (
     Error,
     GraphErasedError,
-    SchemaNotReadyError,
     UnknownGraphError,
     ValidationError,
 )
@@ -158,7 +157,8 @@ async def connect(
         or both ``dsn`` and ``embedded``; or a bad ``tenant``, ``statement_timeout``,
         ``pooler`` or ``poll_interval``. Nothing was started.
     SchemaNotReadyError
-        The database holds no cwstore schema (run ``cwstore init``).
+        The database holds no cwstore schema, or one behind this client (run
+        ``cwstore init``); the rule is :func:`cwstore.migrate.check_schema`'s.
     DatabaseError
         The server could not be reached.
     """
@@ -168,7 +168,7 @@ async def connect(
     real = resolve_dsn(dsn, embedded=embedded)
     # The driver is imported here, not with this module: `import cwstore` needs neither
     # driver, and a user of one client never needs the other's.
-    from ._migrate_async import migrate_dsn
+    from ._migrate_async import check_schema, migrate_dsn
     from .drivers.asyncpg import AsyncpgPool
 
     if migrate_schema:
@@ -184,11 +184,7 @@ async def connect(
     )
     try:
         async with pool.connection() as conn:
-            if not await conn.fetchval(q("schema_present")):
-                raise SchemaNotReadyError(
-                    "this database holds no cwstore schema: run `cwstore init` "
-                    "(or connect with migrate_schema=True)"
-                )
+            await check_schema(conn)
     except BaseException:
         await pool.close()
         raise

@@ -45,6 +45,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cwstore._sql import Migration
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 _CONTAINER_IMAGE = "postgres:18"
@@ -165,7 +166,7 @@ def template_db(pg_admin_dsn: str) -> Iterator[str]:
     try:
         # The connection must be closed before anything clones the template.
         with psycopg.connect(dsn, autocommit=True) as conn:
-            apply_migrations_sync(conn)
+            apply_migrations_sync(PsycopgConnection(conn))
         yield name
     finally:
         _drop_database(pg_admin_dsn, name)
@@ -214,8 +215,8 @@ def citus_database(coordinator_dsn: str, files: Sequence[Migration] | None = Non
                 conn.execute(
                     "SELECT citus_add_node(%s, %s)", (str(params["host"]), int(str(params["port"])))
                 )
-            apply_migrations_sync(conn, files)
-            distribute_sync(conn)
+            apply_migrations_sync(PsycopgConnection(conn), files)
+            distribute_sync(PsycopgConnection(conn))
         yield dsn
     finally:
         for node in nodes:
@@ -290,7 +291,7 @@ def login_role(db_dsn: str) -> Iterator[Any]:
 
     made: list[str] = []
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
+        roles.install_roles_sync(PsycopgConnection(conn))
 
     def make(group: str, tenant: str) -> str:
         name = f"cw_{uuid.uuid4().hex[:12]}"
@@ -301,7 +302,7 @@ def login_role(db_dsn: str) -> Iterator[Any]:
                 )
             )
             made.append(name)
-            roles.add_tenant_member_sync(conn, tenant, name)
+            roles.add_tenant_member_sync(PsycopgConnection(conn), tenant, name)
         params: dict[str, Any] = conninfo_to_dict(db_dsn)
         params["user"] = name
         params.pop("password", None)

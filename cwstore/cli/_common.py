@@ -9,10 +9,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._args import POOLERS, check_pooler
+from .._args import POOLERS
 from ..document import Vocabulary, parse_document
 from ..dsn import resolve_dsn
-from ..errors import InputError, SchemaNotReadyError
+from ..errors import InputError
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -103,26 +103,12 @@ def open_store(args: argparse.Namespace, *, migrate: bool = False) -> Store:
     ``migrate``: bring the schema up to date first, for the commands that add data
     (``import``, ``append``), so that a new user's first one works. Every other command
     never changes a database: one whose schema is missing or behind this client is
-    refused with :class:`SchemaNotReadyError` naming ``cwstore init``.
+    refused with :class:`SchemaNotReadyError` naming ``cwstore init``, by the rule
+    :func:`~cwstore.connect` applies (:func:`cwstore.migrate.check_schema`).
     """
-    from .. import migrate as migrations
-    from ..drivers.psycopg import open_raw
     from ..store import connect_sync
 
     dsn = cli_dsn(args.dsn)
-    if not migrate:
-        with open_raw(dsn, pooled=check_pooler(args.pooler)) as conn:
-            st = migrations.status_sync(conn)
-        if not st.applied:
-            raise SchemaNotReadyError(
-                "this database holds no cwstore schema: run `cwstore init` first"
-            )
-        if st.pending:
-            raise SchemaNotReadyError(
-                f"this database's cwstore schema is at version {st.current_version}, "
-                f"behind this client ({st.pending[0].filename} and {len(st.pending) - 1} "
-                "more pending): run `cwstore init` to bring it up to date"
-            )
     return connect_sync(
         dsn,
         min_size=1,

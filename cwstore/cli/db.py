@@ -21,22 +21,13 @@ __all__ = ["register"]
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from ..drivers.psycopg import ERRORS, wrap
+    from .. import migrate, roles
+    from .._args import check_pooler
+    from ..drivers.psycopg import open_connection
 
     members = _tenant_members(args.tenant)
     dsn = cli_dsn(args.dsn)
-    try:
-        return _init(args, dsn, members)
-    except ERRORS as exc:
-        raise wrap(exc) from exc
-
-
-def _init(args: argparse.Namespace, dsn: str, members: list[tuple[str, str]]) -> int:
-    from .. import migrate, roles
-    from .._args import check_pooler
-    from ..drivers.psycopg import open_raw
-
-    with open_raw(dsn, pooled=check_pooler(args.pooler)) as conn:
+    with open_connection(dsn, pooled=check_pooler(args.pooler)) as conn:
         if args.dry_run:
             st = migrate.status_sync(conn)
             print(

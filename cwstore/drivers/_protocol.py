@@ -32,6 +32,10 @@ class Row(Protocol):
 
     def __iter__(self) -> Iterator[Any]: ...
 
+    def keys(self) -> Iterable[str]:
+        """The column names, in the query's order."""
+        ...
+
 
 CopyRecord = Sequence[Any]
 """One row written by :meth:`AsyncConnection.copy_records`, values in column order."""
@@ -85,6 +89,14 @@ class AsyncConnection(Protocol):
 
     async def execute(self, query: LiteralString, *args: Any) -> None:
         """Run ``query`` and discard what it returns."""
+        ...
+
+    async def execute_script(self, script: LiteralString) -> None:
+        """Run a script of one or more statements (never prepared, no parameters)."""
+        ...
+
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the connection."""
         ...
 
     def transaction(self, *, snapshot: bool = False) -> AbstractAsyncContextManager[None]:
@@ -168,6 +180,10 @@ class Connection(Protocol):
     def fetchval(self, query: LiteralString, *args: Any) -> Any: ...
 
     def execute(self, query: LiteralString, *args: Any) -> None: ...
+
+    def execute_script(self, script: LiteralString) -> None: ...
+
+    def in_transaction(self) -> bool: ...
 
     def transaction(self, *, snapshot: bool = False) -> AbstractContextManager[None]: ...
 

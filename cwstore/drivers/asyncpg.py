@@ -11,26 +11,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
-from typing import Any, LiteralString, TypeAlias, cast
+from typing import Any, LiteralString, cast
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from .._sql import queries
-from ..conninfo import AsyncpgTarget, asyncpg_target
 from ..errors import DatabaseError, Error, map_error
+from ._conninfo import AsyncpgTarget, asyncpg_target
 from ._protocol import MAX_PAYLOADS, CopyRecord, Row, session_bounds
 
 __all__ = [
-    "ERRORS",
     "AsyncpgConnection",
     "AsyncpgPoller",
     "AsyncpgPool",
-    "DriverError",
-    "RawConnection",
     "close_listener",
-    "open_raw",
-    "wrap",
+    "open_connection",
 ]
 
 _ERRORS = (
@@ -40,18 +36,12 @@ _ERRORS = (
     OSError,
     ConnectionError,
 )
-ERRORS = _ERRORS
-"""Every error the driver (or the socket under it) raises."""
-DriverError = asyncpg.PostgresError
-"""An error the server sent; ``.sqlstate`` is its code."""
-RawConnection: TypeAlias = asyncpg.Connection
-"""The driver's own connection, as callers of :mod:`cwstore.migrate` hand it over."""
 _Q = queries()
 POLL_INTERVAL = 0.25
 """Seconds between reads of a follower that cannot listen (standby, pooler)."""
 
 
-def wrap(exc: BaseException) -> Error:
+def _wrap(exc: BaseException) -> Error:
     """The cwstore error for an asyncpg (or socket) error."""
     if isinstance(exc, Error):
         return exc
@@ -65,18 +55,24 @@ def wrap(exc: BaseException) -> Error:
     return DatabaseError(f"{type(exc).__name__}: {exc}")
 
 
-async def open_raw(dsn: str, *, pooled: bool = False) -> RawConnection:
-    """A connection of the driver's own to ``dsn``; a cwstore error when it cannot be
+@asynccontextmanager
+async def open_connection(dsn: str, *, pooled: bool = False) -> AsyncIterator[AsyncpgConnection]:
+    """A connection of its own to ``dsn`` (autocommit, mapped: every driver error leaves
+    as a cwstore error), closed when the block ends; a cwstore error when it cannot be
     opened, an :class:`InputError` (before connecting) for a DSN asyncpg cannot honour
-    (:func:`cwstore.conninfo.asyncpg_target`). ``pooled``: the DSN leads to a
+    (:func:`cwstore.drivers._conninfo.asyncpg_target`). ``pooled``: the DSN leads to a
     transaction-mode pooler, so no statement is kept prepared across transactions and
     no session setting is sent; else the connection carries :func:`session_bounds`."""
-    return await _connect(asyncpg_target(dsn), session_bounds(), pooled=pooled)
+    raw = await _connect(asyncpg_target(dsn), session_bounds(), pooled=pooled)
+    try:
+        yield AsyncpgConnection(raw)
+    finally:
+        await close_listener(raw, registered=False)
 
 
 async def _connect(
     target: AsyncpgTarget, settings: Mapping[str, str], *, pooled: bool = False
-) -> RawConnection:
+) -> asyncpg.Connection:
     try:
         return await asyncpg.connect(
             target.url,
@@ -85,7 +81,7 @@ async def _connect(
             **_no_statement_cache(pooled),
         )
     except _ERRORS as exc:
-        raise wrap(exc) from exc
+        raise _wrap(exc) from exc
 
 
 def _no_statement_cache(pooled: bool) -> dict[str, Any]:
@@ -116,34 +112,26 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class AsyncpgConnection:
     """An asyncpg connection behind the :class:`AsyncConnection` protocol.
 
-    ``mapped``: each statement (and each transaction's begin and end) raises a driver
-    error as the cwstore error it maps to (:func:`wrap`), where it happens; the pool's
-    connections and followers are mapped. Unmapped (the migration runner's), driver
-    errors leave as the driver raised them."""
+    Each statement (and each transaction's begin and end) raises a driver error as the
+    cwstore error it maps to (:func:`_wrap`), where it happens."""
 
     def __init__(
         self,
         raw: asyncpg.Connection | PoolConnectionProxy,
         local_settings: Mapping[str, str] | None = None,
-        *,
-        mapped: bool = False,
     ) -> None:
         self.raw = raw
         # Settings applied in every transaction (through a pooler, where a session
         # setting would stay with a server connection other clients get next).
         self._local = dict(local_settings or {})
-        self._mapped = mapped
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        """Driver errors of the block as cwstore errors, when this connection is mapped."""
-        if not self._mapped:
-            yield
-            return
+        """Driver errors of the block as cwstore errors."""
         try:
             yield
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
 
     @asynccontextmanager
     async def _scope(self) -> AsyncIterator[None]:
@@ -301,7 +289,7 @@ class AsyncpgListener(AsyncpgConnection):
     arrives)."""
 
     def __init__(self, raw: asyncpg.Connection, interval: float | None) -> None:
-        super().__init__(raw, mapped=True)
+        super().__init__(raw)
         self._event = asyncio.Event()
         self._payloads: list[str] | None = []
         self.interval = interval
@@ -347,6 +335,13 @@ class AsyncpgPoller:
     async def execute(self, query: LiteralString, *args: Any) -> None:
         async with self._pool.connection() as conn:
             await conn.execute(query, *args)
+
+    async def execute_script(self, script: LiteralString) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute_script(script)
+
+    def in_transaction(self) -> bool:
+        return False
 
     def transaction(self, *, snapshot: bool = False) -> AbstractAsyncContextManager[None]:
         raise TypeError("a follower through a pooler runs single statements, not transactions")
@@ -426,7 +421,7 @@ class AsyncpgPool:
         settings of each transaction instead, and no prepared statement kept.
 
         Raises :class:`InputError` (before connecting) for a DSN asyncpg cannot honour
-        (:func:`cwstore.conninfo.asyncpg_target`), a cwstore error when the server
+        (:func:`cwstore.drivers._conninfo.asyncpg_target`), a cwstore error when the server
         cannot be reached."""
         target = asyncpg_target(dsn)
         listen = None if listen_dsn is None else asyncpg_target(listen_dsn)
@@ -441,7 +436,7 @@ class AsyncpgPool:
                 **_no_statement_cache(pooled),
             )
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
         return cls(
             pool,
             dsn,
@@ -455,9 +450,9 @@ class AsyncpgPool:
     async def connection(self) -> AsyncIterator[AsyncpgConnection]:
         try:
             async with self._pool.acquire() as raw:
-                yield AsyncpgConnection(raw, self._local, mapped=True)
+                yield AsyncpgConnection(raw, self._local)
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
 
     @asynccontextmanager
     async def listener(self) -> AsyncIterator[AsyncpgListener | AsyncpgPoller]:
@@ -476,7 +471,7 @@ class AsyncpgPool:
                 await raw.execute(_Q["listen"])
             yield conn
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
         finally:
             await close_listener(raw, registered=not standby)
 

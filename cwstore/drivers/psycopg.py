@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache
 from itertools import islice
-from typing import Any, ClassVar, LiteralString, SupportsIndex, TypeAlias, cast, overload
+from typing import Any, ClassVar, LiteralString, SupportsIndex, cast, overload
 
 import psycopg
 from psycopg import pq, sql
@@ -28,29 +28,16 @@ from ..errors import DatabaseError, Error, map_error
 from ._protocol import MAX_PAYLOADS, CopyRecord, Row, session_bounds
 
 __all__ = [
-    "ERRORS",
-    "DriverError",
     "NamedRow",
     "PsycopgConnection",
     "PsycopgPoller",
     "PsycopgPool",
-    "RawConnection",
-    "Statement",
-    "open_raw",
+    "open_connection",
     "quote_literal",
-    "run",
     "statement",
-    "statement_text",
-    "wrap",
 ]
 
 _ERRORS = (psycopg.Error, OSError)
-ERRORS = _ERRORS
-"""Every error the driver (or the socket under it) raises."""
-DriverError = psycopg.Error
-"""An error of the driver; ``.sqlstate`` is the server's code when the server sent it."""
-RawConnection: TypeAlias = "psycopg.Connection[Any]"
-"""The driver's own connection, as callers of :mod:`cwstore.migrate` hand it over."""
 _Q = queries()
 POLL_INTERVAL = 0.25
 """Seconds between reads of a follower that cannot listen (standby, pooler)."""
@@ -65,7 +52,7 @@ _SESSION_SETTINGS: LiteralString = (
 Conn = psycopg.Connection[TupleRow]
 
 
-def wrap(exc: BaseException) -> Error:
+def _wrap(exc: BaseException) -> Error:
     """The cwstore error for a psycopg (or socket) error."""
     if isinstance(exc, Error):
         return exc
@@ -102,6 +89,10 @@ class NamedRow(tuple[Any, ...]):
             return tuple.__getitem__(self, self._positions[key])
         return tuple.__getitem__(self, key)
 
+    def keys(self) -> list[str]:
+        """The column names, in the query's order."""
+        return list(self._positions)
+
 
 @lru_cache(maxsize=512)
 def _row_class(names: tuple[str, ...]) -> type[NamedRow]:
@@ -125,34 +116,26 @@ class _AbortCopy(Exception):
 class PsycopgConnection:
     """A psycopg connection behind the :class:`Connection` protocol.
 
-    ``mapped``: each statement (and each transaction's begin and end) raises a driver
-    error as the cwstore error it maps to (:func:`wrap`), where it happens; the pool's
-    connections and followers are mapped. Unmapped (the migration runner's), driver
-    errors leave as the driver raised them."""
+    Each statement (and each transaction's begin and end) raises a driver error as the
+    cwstore error it maps to (:func:`_wrap`), where it happens."""
 
     def __init__(
         self,
         raw: psycopg.Connection[Any],
         local_settings: Mapping[str, str] | None = None,
-        *,
-        mapped: bool = False,
     ) -> None:
         self.raw = raw
         # Settings applied in every transaction (through a pooler, where a session
         # setting would stay with a server connection other clients get next).
         self._local = dict(local_settings or {})
-        self._mapped = mapped
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        """Driver errors of the block as cwstore errors, when this connection is mapped."""
-        if not self._mapped:
-            yield
-            return
+        """Driver errors of the block as cwstore errors."""
         try:
             yield
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
 
     def _cursor(self) -> psycopg.RawCursor[NamedRow]:
         # $1 placeholders and named rows, whatever the connection's own factories.
@@ -271,18 +254,25 @@ class PsycopgConnection:
             raise refused from None
 
 
-def open_raw(dsn: str, *, pooled: bool = False) -> RawConnection:
-    """A connection of the driver's own to ``dsn`` (autocommit); a cwstore error when it
-    cannot be opened. ``pooled``: the DSN leads to a transaction-mode pooler, so no
-    statement is kept prepared across transactions and no session setting is made;
-    else the connection carries :func:`session_bounds`."""
+@contextmanager
+def open_connection(dsn: str, *, pooled: bool = False) -> Iterator[PsycopgConnection]:
+    """A connection of its own to ``dsn`` (autocommit; every driver error leaves as a
+    cwstore error), closed when the block ends; a cwstore error when it cannot be
+    opened. ``pooled``: the DSN leads to a transaction-mode pooler, so no statement is
+    kept prepared across transactions and no session setting is made; else the
+    connection carries :func:`session_bounds`."""
     try:
-        conn = psycopg.connect(dsn, autocommit=True, **_no_prepare(pooled))
+        raw = psycopg.connect(dsn, autocommit=True, **_no_prepare(pooled))
     except _ERRORS as exc:
-        raise wrap(exc) from exc
+        raise _wrap(exc) from exc
+    _json_as_text(raw)
     if not pooled:
-        _set_session(conn, session_bounds())
-    return conn
+        _set_session(raw, session_bounds())
+    try:
+        yield PsycopgConnection(raw)
+    finally:
+        with suppress(*_ERRORS):
+            raw.close()
 
 
 def _set_session(conn: psycopg.Connection[Any], settings: Mapping[str, str]) -> None:
@@ -292,7 +282,7 @@ def _set_session(conn: psycopg.Connection[Any], settings: Mapping[str, str]) -> 
             cur.execute(_SESSION_SETTINGS, (list(settings), list(settings.values())))
     except _ERRORS as exc:
         conn.close()
-        raise wrap(exc) from exc
+        raise _wrap(exc) from exc
 
 
 def _no_prepare(pooled: bool) -> dict[str, Any]:
@@ -301,29 +291,21 @@ def _no_prepare(pooled: bool) -> dict[str, Any]:
     return {"prepare_threshold": None} if pooled else {}
 
 
-Statement: TypeAlias = sql.Composed
-"""A statement whose names and values were quoted into its text by :func:`statement`."""
-
-
 def statement(
     template: LiteralString,
     *,
     names: Mapping[str, str] | None = None,
     values: Mapping[str, str] | None = None,
-) -> Statement:
+) -> LiteralString:
     """``template`` with its ``{field}`` placeholders filled: ``names`` quoted as
     identifiers, ``values`` as string literals (:func:`quote_literal`). For the
     statements that take no parameters (``CREATE DATABASE``, ``ALTER SYSTEM``) and for
-    text shown to be pasted into psql; ``str()`` is not its text, :func:`statement_text` is.
+    text shown to be pasted into psql. Every value in the text is quoted, so it is as
+    safe to run as a literal query text.
     """
     fields: dict[str, sql.Composable] = {k: sql.Identifier(v) for k, v in (names or {}).items()}
     fields.update((k, sql.Literal(v)) for k, v in (values or {}).items())
-    return sql.SQL(template).format(**fields)
-
-
-def statement_text(query: Statement) -> str:
-    """The text :func:`run` sends for ``query``."""
-    return query.as_string()
+    return sql.SQL(template).format(**fields).as_string()
 
 
 def quote_literal(value: str) -> str:
@@ -333,22 +315,6 @@ def quote_literal(value: str) -> str:
     return sql.Literal(value).as_string()
 
 
-def run(
-    conn: RawConnection, query: LiteralString | Statement, *args: Any
-) -> tuple[list[str], list[NamedRow]]:
-    """Run one statement (``$1`` placeholders for ``args``) on a connection of
-    :func:`open_raw`: the names of its columns and its rows (none for a statement that
-    returns none). Raises the cwstore error for a driver error."""
-    try:
-        with psycopg.RawCursor(conn, row_factory=named_row) as cur:
-            cur.execute(query, args or None)
-            if cur.description is None:
-                return [], []
-            return [d.name for d in cur.description], cur.fetchall()
-    except _ERRORS as exc:
-        raise wrap(exc) from exc
-
-
 class PsycopgListener(PsycopgConnection):
     """A dedicated psycopg connection that follows commits: it listens on ``cwstore``
     when ``interval`` is None (a primary, reached directly), else it polls every
@@ -356,7 +322,7 @@ class PsycopgListener(PsycopgConnection):
     arrives)."""
 
     def __init__(self, raw: psycopg.Connection[Any], interval: float | None) -> None:
-        super().__init__(raw, mapped=True)
+        super().__init__(raw)
         self.interval = interval
 
     def wait(self, timeout: float) -> list[str]:
@@ -393,6 +359,13 @@ class PsycopgPoller:
     def execute(self, query: LiteralString, *args: Any) -> None:
         with self._pool.connection() as conn:
             conn.execute(query, *args)
+
+    def execute_script(self, script: LiteralString) -> None:
+        with self._pool.connection() as conn:
+            conn.execute_script(script)
+
+    def in_transaction(self) -> bool:
+        return False
 
     def transaction(self, *, snapshot: bool = False) -> AbstractContextManager[None]:
         raise TypeError("a follower through a pooler runs single statements, not transactions")
@@ -475,7 +448,7 @@ class PsycopgPool:
                 pool.close()
                 raise
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
         return cls(
             pool,
             dsn,
@@ -489,9 +462,9 @@ class PsycopgPool:
     def connection(self) -> Iterator[PsycopgConnection]:
         try:
             with self._pool.connection() as raw:
-                yield PsycopgConnection(raw, self._local, mapped=True)
+                yield PsycopgConnection(raw, self._local)
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
 
     @contextmanager
     def listener(self) -> Iterator[PsycopgListener | PsycopgPoller]:
@@ -502,7 +475,7 @@ class PsycopgPool:
         try:
             raw = psycopg.connect(target, autocommit=True, cursor_factory=psycopg.RawCursor)
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
         _json_as_text(raw)
         # A direct connection (listen_dsn, or dsn when no pooler is in between): it
         # carries the store's session settings and bounds like the pool's.
@@ -516,7 +489,7 @@ class PsycopgPool:
                 raw.execute(_Q["listen"])
             yield PsycopgListener(raw, self._poll_interval if standby else None)
         except _ERRORS as exc:
-            raise wrap(exc) from exc
+            raise _wrap(exc) from exc
         finally:
             if not standby:
                 with suppress(*_ERRORS):

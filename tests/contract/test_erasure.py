@@ -55,6 +55,7 @@ from support.stores import dsn_as
 import cwstore
 from cwstore import compute_id, jsontext, roles
 from cwstore.document import sort_parents
+from cwstore.drivers.psycopg import PsycopgConnection
 
 ON_CITUS = bool(os.environ.get("CWSTORE_TEST_CITUS_DSN"))
 """The contract suite runs on a Citus cluster too (tests/conftest.py)."""
@@ -284,9 +285,9 @@ _ROLES = (
 def _members(dsn: str, names: dict[str, str]) -> None:
     """``cwstore init --roles`` and the tenants of the test roles, in one database."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
+        roles.install_roles_sync(PsycopgConnection(conn))
         for who, _, tenant in _ROLES:
-            roles.add_tenant_member_sync(conn, tenant, names[who])
+            roles.add_tenant_member_sync(PsycopgConnection(conn), tenant, names[who])
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +297,7 @@ def setup(db_dsn: str) -> Iterator[Roles]:
     tag = uuid.uuid4().hex[:8]
     names = {who: f"cw_{tag}_{who}" for who, _, _ in _ROLES}
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
+        roles.install_roles_sync(PsycopgConnection(conn))
         for who, group, _ in _ROLES:
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(

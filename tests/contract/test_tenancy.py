@@ -33,6 +33,7 @@ from support.stores import ThreadedStore, dsn_as
 import cwstore
 from cwstore import migrate, roles
 from cwstore._sql import Migration, migrations
+from cwstore.drivers.psycopg import PsycopgConnection
 
 READ_API = {
     "seq_at_time(text,timestampwithtimezone)",
@@ -80,16 +81,16 @@ def setup(db_dsn: str) -> Iterator[Roles]:
     tag = uuid.uuid4().hex[:8]
     names = {who: f"cw_{tag}_{who}" for who in ("alice", "bob", "carol")}
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
+        roles.install_roles_sync(PsycopgConnection(conn))
         for who, group in (("alice", "writer"), ("bob", "writer"), ("carol", "reader")):
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
                     sql.Identifier(names[who]), sql.Identifier(f"cwstore_{group}")
                 )
             )
-        roles.add_tenant_member_sync(conn, "acme", names["alice"])
-        roles.add_tenant_member_sync(conn, "globex", names["bob"])
-        roles.add_tenant_member_sync(conn, "acme", names["carol"])
+        roles.add_tenant_member_sync(PsycopgConnection(conn), "acme", names["alice"])
+        roles.add_tenant_member_sync(PsycopgConnection(conn), "globex", names["bob"])
+        roles.add_tenant_member_sync(PsycopgConnection(conn), "acme", names["carol"])
     try:
         alice, bob, carol = (dsn_as(db_dsn, names[w]) for w in ("alice", "bob", "carol"))
         yield Roles(db_dsn, alice, bob, carol, names)
@@ -493,7 +494,7 @@ def test_a_later_migration_gets_the_grants(setup: Roles) -> None:
     ]
     with psycopg.connect(setup.admin, autocommit=True) as c:
         try:
-            assert migrate.apply_migrations_sync(c, extra) == [len(files) + 1]
+            assert migrate.apply_migrations_sync(PsycopgConnection(c), extra) == [len(files) + 1]
             reader, public = c.execute(
                 "SELECT has_function_privilege('cwstore_reader', 'cwstore.later_read()',"
                 " 'EXECUTE'), EXISTS (SELECT 1 FROM pg_proc p, aclexplode(coalesce(p.proacl,"

@@ -23,7 +23,9 @@ from support import GRAPH_TABLES
 
 from cwstore._migration_plan import _BOOTSTRAP
 from cwstore._sql import Migration, migrations
-from cwstore.errors import MigrationError
+from cwstore.drivers.asyncpg import AsyncpgConnection
+from cwstore.drivers.psycopg import PsycopgConnection
+from cwstore.errors import DatabaseError, MigrationError, StoreTimeoutError
 from cwstore.migrate import (
     apply_migrations,
     apply_migrations_sync,
@@ -49,9 +51,9 @@ def _recorded(dsn: str) -> list[tuple[Any, ...]]:
 def test_real_chain_applies_then_is_a_noop(empty_db_dsn: str) -> None:
     files = migrations()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(conn) == [m.version for m in files]
-        assert apply_migrations_sync(conn) == []
-        assert status_sync(conn).pending == []
+        assert apply_migrations_sync(PsycopgConnection(conn)) == [m.version for m in files]
+        assert apply_migrations_sync(PsycopgConnection(conn)) == []
+        assert status_sync(PsycopgConnection(conn)).pending == []
     assert _recorded(empty_db_dsn) == [(m.version, m.name, m.sha256) for m in files]
 
 
@@ -59,9 +61,9 @@ async def test_real_chain_applies_then_is_a_noop_asyncpg(empty_db_dsn: str) -> N
     files = migrations()
     conn = await asyncpg.connect(empty_db_dsn)
     try:
-        assert await apply_migrations(conn) == [m.version for m in files]
-        assert await apply_migrations(conn) == []
-        assert (await status(conn)).current_version == len(files)
+        assert await apply_migrations(AsyncpgConnection(conn)) == [m.version for m in files]
+        assert await apply_migrations(AsyncpgConnection(conn)) == []
+        assert (await status(AsyncpgConnection(conn))).current_version == len(files)
     finally:
         await conn.close()
     assert _recorded(empty_db_dsn) == [(m.version, m.name, m.sha256) for m in files]
@@ -69,14 +71,14 @@ async def test_real_chain_applies_then_is_a_noop_asyncpg(empty_db_dsn: str) -> N
 
 def test_scratch_chain(empty_db_dsn: str, scratch_migrations: list[Migration]) -> None:
     with psycopg.connect(empty_db_dsn) as conn:  # not autocommit: each step commits itself
-        before = status_sync(conn, scratch_migrations)
+        before = status_sync(PsycopgConnection(conn), scratch_migrations)
         assert (before.applied, before.pending) == ([], scratch_migrations)
-        assert apply_migrations_sync(conn, scratch_migrations) == [1, 2, 3]
-        assert apply_migrations_sync(conn, scratch_migrations) == []
+        assert apply_migrations_sync(PsycopgConnection(conn), scratch_migrations) == [1, 2, 3]
+        assert apply_migrations_sync(PsycopgConnection(conn), scratch_migrations) == []
         assert conn.execute("SELECT cwstore.scratch_answer()").fetchone() == (42,)
         note = conn.execute("SELECT note FROM cwstore.scratch_one").fetchone()
         assert note == ("a literal % sign and $1 stay as they are",)
-        after = status_sync(conn, scratch_migrations)
+        after = status_sync(PsycopgConnection(conn), scratch_migrations)
         assert [a.version for a in after.applied] == [1, 2, 3]
         assert after.pending == []
     assert _recorded(empty_db_dsn) == [(m.version, m.name, m.sha256) for m in scratch_migrations]
@@ -84,9 +86,11 @@ def test_scratch_chain(empty_db_dsn: str, scratch_migrations: list[Migration]) -
 
 def test_applies_only_the_new_ones(empty_db_dsn: str, scratch_migrations: list[Migration]) -> None:
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(conn, scratch_migrations[:1]) == [1]
-        assert [m.version for m in status_sync(conn, scratch_migrations).pending] == [2, 3]
-        assert apply_migrations_sync(conn, scratch_migrations) == [2, 3]
+        assert apply_migrations_sync(PsycopgConnection(conn), scratch_migrations[:1]) == [1]
+        assert [
+            m.version for m in status_sync(PsycopgConnection(conn), scratch_migrations).pending
+        ] == [2, 3]
+        assert apply_migrations_sync(PsycopgConnection(conn), scratch_migrations) == [2, 3]
 
 
 async def test_asyncpg_applies_only_the_new_ones(
@@ -94,8 +98,8 @@ async def test_asyncpg_applies_only_the_new_ones(
 ) -> None:
     conn = await asyncpg.connect(empty_db_dsn)
     try:
-        assert await apply_migrations(conn, scratch_migrations[:2]) == [1, 2]
-        assert await apply_migrations(conn, scratch_migrations) == [3]
+        assert await apply_migrations(AsyncpgConnection(conn), scratch_migrations[:2]) == [1, 2]
+        assert await apply_migrations(AsyncpgConnection(conn), scratch_migrations) == [3]
         assert await conn.fetchval("SELECT cwstore.scratch_answer()") == 42
     finally:
         await conn.close()
@@ -110,12 +114,12 @@ def test_edited_migration_is_refused(
         *scratch_migrations[2:],
     ]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        apply_migrations_sync(conn, scratch_migrations[:2])
+        apply_migrations_sync(PsycopgConnection(conn), scratch_migrations[:2])
         with pytest.raises(MigrationError) as caught:
-            apply_migrations_sync(conn, edited)
+            apply_migrations_sync(PsycopgConnection(conn), edited)
         assert caught.value.version == 2
         with pytest.raises(MigrationError):
-            status_sync(conn, edited)
+            status_sync(PsycopgConnection(conn), edited)
     assert [r[0] for r in _recorded(empty_db_dsn)] == [1, 2]  # 3 was not applied either
 
 
@@ -126,9 +130,9 @@ async def test_edited_migration_is_refused_asyncpg(
     edited = [dataclasses.replace(first, sha256="0" * 64), *scratch_migrations[1:]]
     conn = await asyncpg.connect(empty_db_dsn)
     try:
-        await apply_migrations(conn, scratch_migrations[:1])
+        await apply_migrations(AsyncpgConnection(conn), scratch_migrations[:1])
         with pytest.raises(MigrationError) as caught:
-            await apply_migrations(conn, edited)
+            await apply_migrations(AsyncpgConnection(conn), edited)
         assert caught.value.version == 1
     finally:
         await conn.close()
@@ -142,9 +146,10 @@ def test_failing_migration_rolls_back_whole(
     )
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         with pytest.raises(MigrationError) as caught:
-            apply_migrations_sync(conn, [*scratch_migrations, broken])
+            apply_migrations_sync(PsycopgConnection(conn), [*scratch_migrations, broken])
         assert caught.value.version == 4
-        assert isinstance(caught.value.__cause__, psycopg.Error)
+        cause = caught.value.__cause__
+        assert isinstance(cause, DatabaseError) and cause.sqlstate == "42883"
         exists = conn.execute("SELECT to_regclass('cwstore.half_done')").fetchone()
         assert exists == (None,)
     assert [r[0] for r in _recorded(empty_db_dsn)] == [1, 2, 3]
@@ -157,9 +162,10 @@ async def test_failing_migration_rolls_back_whole_asyncpg(
     conn = await asyncpg.connect(empty_db_dsn)
     try:
         with pytest.raises(MigrationError) as caught:
-            await apply_migrations(conn, [scratch_migrations[0], broken])
+            await apply_migrations(AsyncpgConnection(conn), [scratch_migrations[0], broken])
         assert caught.value.version == 2
-        assert isinstance(caught.value.__cause__, asyncpg.PostgresError)
+        cause = caught.value.__cause__
+        assert isinstance(cause, DatabaseError) and cause.sqlstate == "22012"
         assert await conn.fetchval("SELECT to_regclass('cwstore.half_done')") is None
     finally:
         await conn.close()
@@ -172,7 +178,7 @@ def test_refuses_a_connection_inside_a_transaction(
     with psycopg.connect(empty_db_dsn) as conn:
         conn.execute("SELECT 1")  # opens a transaction (not autocommit)
         with pytest.raises(MigrationError):
-            apply_migrations_sync(conn, scratch_migrations)
+            apply_migrations_sync(PsycopgConnection(conn), scratch_migrations)
 
 
 def test_two_threads_at_once(empty_db_dsn: str, scratch_migrations: list[Migration]) -> None:
@@ -189,7 +195,7 @@ def test_two_threads_at_once(empty_db_dsn: str, scratch_migrations: list[Migrati
         try:
             with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
                 start.wait()
-                results.append(apply_migrations_sync(conn, slow))
+                results.append(apply_migrations_sync(PsycopgConnection(conn), slow))
         except BaseException as exc:
             failures.append(exc)
 
@@ -208,7 +214,9 @@ async def test_three_asyncpg_runners_at_once(
 ) -> None:
     conns = [await asyncpg.connect(empty_db_dsn) for _ in range(3)]
     try:
-        results = await asyncio.gather(*(apply_migrations(c, scratch_migrations) for c in conns))
+        results = await asyncio.gather(
+            *(apply_migrations(AsyncpgConnection(c), scratch_migrations) for c in conns)
+        )
     finally:
         for c in conns:
             await c.close()
@@ -223,12 +231,12 @@ def test_sync_and_async_runners_race(
 
     def sync_runner() -> None:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            results.append(apply_migrations_sync(conn, scratch_migrations))
+            results.append(apply_migrations_sync(PsycopgConnection(conn), scratch_migrations))
 
     async def async_runner() -> list[int]:
         conn = await asyncpg.connect(empty_db_dsn)
         try:
-            return await apply_migrations(conn, scratch_migrations)
+            return await apply_migrations(AsyncpgConnection(conn), scratch_migrations)
         finally:
             await conn.close()
 
@@ -258,10 +266,12 @@ def _later(version: int) -> Migration:
 def test_fresh_database_gets_the_schema_and_every_migration_stamped(empty_db_dsn: str) -> None:
     files = migrations()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(conn) == [m.version for m in files]
+        assert apply_migrations_sync(PsycopgConnection(conn)) == [m.version for m in files]
         assert conn.execute("SELECT cwstore.infinity_seq()").fetchone() == (2**63 - 1,)
         # A later delta applies on top, alone.
-        assert apply_migrations_sync(conn, [*files, _later(len(files) + 1)]) == [len(files) + 1]
+        assert apply_migrations_sync(PsycopgConnection(conn), [*files, _later(len(files) + 1)]) == [
+            len(files) + 1
+        ]
         assert conn.execute("SELECT cwstore.later_answer()").fetchone() == (7,)
     assert _recorded(empty_db_dsn) == [
         *[(m.version, m.name, m.sha256) for m in files],
@@ -275,7 +285,7 @@ async def test_three_fresh_installs_at_once(empty_db_dsn: str) -> None:
     files = migrations()
     conns = [await asyncpg.connect(empty_db_dsn) for _ in range(3)]
     try:
-        results = await asyncio.gather(*(apply_migrations(c) for c in conns))
+        results = await asyncio.gather(*(apply_migrations(AsyncpgConnection(c)) for c in conns))
     finally:
         for c in conns:
             await c.close()
@@ -293,32 +303,40 @@ def _hold(dsn: str, statement: str) -> psycopg.Connection[Any]:
 def test_nothing_pending_takes_no_lock(empty_db_dsn: str) -> None:
     files = migrations()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        apply_migrations_sync(conn)
+        apply_migrations_sync(PsycopgConnection(conn))
         holder = _hold(empty_db_dsn, "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE")
         try:
             # Current: returns at once although the migration lock is held elsewhere.
-            assert apply_migrations_sync(conn, lock_timeout=0.2) == []
+            assert apply_migrations_sync(PsycopgConnection(conn), lock_timeout=0.2) == []
             # Pending: waits for the lock, then gives up with a clear error.
             with pytest.raises(MigrationError) as caught:
-                apply_migrations_sync(conn, [*files, _later(len(files) + 1)], lock_timeout=0.2)
+                apply_migrations_sync(
+                    PsycopgConnection(conn), [*files, _later(len(files) + 1)], lock_timeout=0.2
+                )
             assert "lock" in str(caught.value)
-            assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
+            cause = caught.value.__cause__
+            assert isinstance(cause, StoreTimeoutError) and cause.sqlstate == "55P03"
         finally:
             holder.close()
-        assert apply_migrations_sync(conn, [*files, _later(len(files) + 1)]) == [len(files) + 1]
+        assert apply_migrations_sync(PsycopgConnection(conn), [*files, _later(len(files) + 1)]) == [
+            len(files) + 1
+        ]
 
 
 async def test_nothing_pending_takes_no_lock_asyncpg(empty_db_dsn: str) -> None:
     files = migrations()
     conn = await asyncpg.connect(empty_db_dsn)
     try:
-        await apply_migrations(conn)
+        await apply_migrations(AsyncpgConnection(conn))
         holder = _hold(empty_db_dsn, "LOCK TABLE cwstore.schema_migrations IN EXCLUSIVE MODE")
         try:
-            assert await apply_migrations(conn, lock_timeout=0.2) == []
+            assert await apply_migrations(AsyncpgConnection(conn), lock_timeout=0.2) == []
             with pytest.raises(MigrationError) as caught:
-                await apply_migrations(conn, [*files, _later(len(files) + 1)], lock_timeout=0.2)
-            assert isinstance(caught.value.__cause__, asyncpg.LockNotAvailableError)
+                await apply_migrations(
+                    AsyncpgConnection(conn), [*files, _later(len(files) + 1)], lock_timeout=0.2
+                )
+            cause = caught.value.__cause__
+            assert isinstance(cause, StoreTimeoutError) and cause.sqlstate == "55P03"
         finally:
             holder.close()
         assert not conn.is_in_transaction()
@@ -335,7 +353,7 @@ def test_a_role_without_privileges_cannot_hold_migrations_up(
         admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(nobody)))
     try:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            apply_migrations_sync(conn)
+            apply_migrations_sync(PsycopgConnection(conn))
             # What it may do at most: read the record (as a cwstore_reader may).
             conn.execute(
                 sql.SQL(
@@ -356,9 +374,11 @@ def test_a_role_without_privileges_cannot_hold_migrations_up(
                         holder.execute(stronger)
                     holder.execute("ROLLBACK TO SAVEPOINT s")
                 # Its transaction stays open, holding the advisory lock and ACCESS SHARE.
-                assert apply_migrations_sync(conn, lock_timeout=2) == []
+                assert apply_migrations_sync(PsycopgConnection(conn), lock_timeout=2) == []
                 extra = [*files, _later(len(files) + 1)]
-                assert apply_migrations_sync(conn, extra, lock_timeout=2) == [len(files) + 1]
+                assert apply_migrations_sync(PsycopgConnection(conn), extra, lock_timeout=2) == [
+                    len(files) + 1
+                ]
             finally:
                 holder.close()
     finally:
@@ -385,7 +405,7 @@ def test_a_database_of_the_pre_release_chain_is_refused(empty_db_dsn: str) -> No
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         for attempt in (apply_migrations_sync, status_sync):
             with pytest.raises(MigrationError) as caught:
-                attempt(conn)
+                attempt(PsycopgConnection(conn))
             assert caught.value.version == 1
             message = str(caught.value)
             assert "0001_schema.sql" in message and "0001_baseline.sql" in message
@@ -399,10 +419,10 @@ async def test_a_database_of_the_pre_release_chain_is_refused_asyncpg(empty_db_d
     conn = await asyncpg.connect(empty_db_dsn)
     try:
         with pytest.raises(MigrationError) as caught:
-            await apply_migrations(conn)
+            await apply_migrations(AsyncpgConnection(conn))
         assert caught.value.version == 1
         with pytest.raises(MigrationError):
-            await status(conn)
+            await status(AsyncpgConnection(conn))
     finally:
         await conn.close()
 
@@ -412,7 +432,7 @@ def test_lock_timeout_must_be_positive(empty_db_dsn: str) -> None:
         psycopg.connect(empty_db_dsn, autocommit=True) as conn,
         pytest.raises(MigrationError),
     ):
-        apply_migrations_sync(conn, lock_timeout=0)
+        apply_migrations_sync(PsycopgConnection(conn), lock_timeout=0)
 
 
 def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_dsn: str) -> None:
@@ -429,7 +449,7 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
     ]
     tables = GRAPH_TABLES[1:]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(conn, upto) == [1, 2]
+        assert apply_migrations_sync(PsycopgConnection(conn), upto) == [1, 2]
         for g in ("a", "b"):
             conn.execute(
                 "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (g, f"[{nodes[0]}]")
@@ -448,7 +468,9 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
             for t in tables
         }
         projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
-        assert apply_migrations_sync(conn) == [m.version for m in files if m.version > 2]
+        assert apply_migrations_sync(PsycopgConnection(conn)) == [
+            m.version for m in files if m.version > 2
+        ]
         assert conn.execute(
             "SELECT count(*) FROM cwstore.graphs WHERE graph_id <> cwstore.graph_key(name)"
         ).fetchone() == (0,)
@@ -486,12 +508,14 @@ def test_erasure_migration_keeps_every_graph_and_numbers_its_life(empty_db_dsn: 
         '"createdAt":"2025-01-01T00:00:00Z","resourceKey":"doc"}]'
     )
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(conn, upto) == [1, 2, 3, 4]
+        assert apply_migrations_sync(PsycopgConnection(conn), upto) == [1, 2, 3, 4]
         for g in ("a", "b"):
             conn.execute("SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (g, nodes))
         ids = conn.execute("SELECT name, graph_id FROM cwstore.graphs ORDER BY name").fetchall()
         projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
-        assert apply_migrations_sync(conn) == [m.version for m in files if m.version > 4]
+        assert apply_migrations_sync(PsycopgConnection(conn)) == [
+            m.version for m in files if m.version > 4
+        ]
         assert (
             conn.execute(
                 "SELECT name, graph_id FROM cwstore.graphs"

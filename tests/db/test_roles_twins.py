@@ -8,14 +8,16 @@ import asyncpg
 import psycopg
 
 from cwstore import roles
+from cwstore.drivers.asyncpg import AsyncpgConnection
+from cwstore.drivers.psycopg import PsycopgConnection
 
 _MEMBERS = "SELECT tenant, member::text FROM cwstore.tenant_members WHERE tenant = $1"
 
 
 async def test_install_roles_and_members_async(aconn: asyncpg.Connection) -> None:
-    await roles.install_roles(aconn)
-    await roles.install_roles(aconn)  # again: idempotent
-    await roles.add_tenant_member(aconn, "acme-async", roles.READER)
+    await roles.install_roles(AsyncpgConnection(aconn))
+    await roles.install_roles(AsyncpgConnection(aconn))  # again: idempotent
+    await roles.add_tenant_member(AsyncpgConnection(aconn), "acme-async", roles.READER)
     rows = await aconn.fetch(_MEMBERS, "acme-async")
     assert [tuple(r) for r in rows] == [("acme-async", roles.READER)]
     granted = await aconn.fetchval(
@@ -26,8 +28,8 @@ async def test_install_roles_and_members_async(aconn: asyncpg.Connection) -> Non
 
 
 def test_install_roles_and_members_sync(conn: psycopg.Connection[Any]) -> None:
-    roles.install_roles_sync(conn)
-    roles.add_tenant_member_sync(conn, "acme-sync", roles.WRITER)
+    roles.install_roles_sync(PsycopgConnection(conn))
+    roles.add_tenant_member_sync(PsycopgConnection(conn), "acme-sync", roles.WRITER)
     rows = conn.execute(
         "SELECT tenant, member::text FROM cwstore.tenant_members WHERE tenant = %s",
         ("acme-sync",),

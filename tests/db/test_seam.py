@@ -19,6 +19,7 @@ import pytest
 
 import cwstore
 from cwstore._sql import migrations
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 CLIENTS = ["asyncpg", "psycopg"]
@@ -247,20 +248,27 @@ async def test_node_from_row_reads_the_node_columns(db_dsn: str, client: str) ->
 async def test_migrate_schema_brings_an_older_schema_to_the_current_one(
     empty_db_dsn: str, client: str
 ) -> None:
-    """A database one migration behind: the store applies the last one, then nothing."""
+    """A database one migration behind: connect() refuses it naming ``cwstore init``;
+    with ``migrate_schema=True`` it applies the last migration, and the store's
+    ``migrate_schema()`` then finds nothing to do."""
     files = migrations()
     with psycopg.connect(empty_db_dsn, autocommit=True) as raw:
-        apply_migrations_sync(raw, files[:-1])
+        apply_migrations_sync(PsycopgConnection(raw), files[:-1])
     if client == "asyncpg":
-        async with await cwstore.connect(empty_db_dsn) as store:
-            applied = await store.migrate_schema()
+        with pytest.raises(cwstore.SchemaNotReadyError, match="cwstore init"):
+            await cwstore.connect(empty_db_dsn)
+        async with await cwstore.connect(empty_db_dsn, migrate_schema=True) as store:
             again = await store.migrate_schema()
     else:
 
-        def run() -> tuple[list[int], list[int]]:
-            with cwstore.connect_sync(empty_db_dsn) as store:
-                return store.migrate_schema(), store.migrate_schema()
+        def run() -> list[int]:
+            with pytest.raises(cwstore.SchemaNotReadyError, match="cwstore init"):
+                cwstore.connect_sync(empty_db_dsn)
+            with cwstore.connect_sync(empty_db_dsn, migrate_schema=True) as store:
+                return store.migrate_schema()
 
-        applied, again = await asyncio.to_thread(run)
-    assert applied == [files[-1].version]
+        again = await asyncio.to_thread(run)
     assert again == []
+    with psycopg.connect(empty_db_dsn) as raw:
+        recorded = raw.execute("SELECT max(version) FROM cwstore.schema_migrations").fetchone()
+    assert recorded == (files[-1].version,)

@@ -18,6 +18,7 @@ import pytest
 from support.schema_catalog import diff, snapshot
 
 from cwstore._sql import migrations
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 ADVICE = (
@@ -39,10 +40,10 @@ def built(new_database: Callable[[], str]) -> tuple[str, str]:
     from_schema, from_chain = new_database(), new_database()
     files = migrations()
     with psycopg.connect(from_schema, autocommit=True) as conn:
-        assert apply_migrations_sync(conn) == [m.version for m in files]
+        assert apply_migrations_sync(PsycopgConnection(conn)) == [m.version for m in files]
     with psycopg.connect(from_chain, autocommit=True) as conn:
         # files given, no schema files: every migration runs in order.
-        assert apply_migrations_sync(conn, files) == [m.version for m in files]
+        assert apply_migrations_sync(PsycopgConnection(conn), files) == [m.version for m in files]
     return from_schema, from_chain
 
 

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 import cwstore
+from cwstore.drivers.psycopg import PsycopgConnection
 
 WORKERS = 6
 STEPS = 12
@@ -81,9 +82,9 @@ def tenants(db_dsn: str) -> Iterator[None]:
     from cwstore import roles
 
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
+        roles.install_roles_sync(PsycopgConnection(conn))
         for tenant in ("acme", "beta"):
-            roles.add_tenant_member_sync(conn, tenant, "cwstore_writer")
+            roles.add_tenant_member_sync(PsycopgConnection(conn), tenant, "cwstore_writer")
     yield
 
 

@@ -5,6 +5,7 @@ up to date first."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -13,9 +14,12 @@ import pytest
 from support.documents import GraphBuilder
 from test_cli_refusals import assert_refused, cli
 
+import cwstore
 from cwstore import jsontext
 from cwstore._sql import migrations
+from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
+from cwstore.store import connect_sync
 
 READS = [
     ["graphs"],
@@ -46,7 +50,7 @@ def test_a_read_on_a_schema_behind_the_client_changes_nothing(
 ) -> None:
     older = [m for m in migrations() if m.version < len(migrations())]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        apply_migrations_sync(conn, older)
+        apply_migrations_sync(PsycopgConnection(conn), older)
     before = _versions(empty_db_dsn)
     assert_refused(cli(*command, "--dsn", empty_db_dsn), "cwstore init", "behind this client")
     assert _versions(empty_db_dsn) == before
@@ -96,3 +100,51 @@ def test_a_read_command_is_bounded_in_time(db_dsn: str) -> None:
             " AND state = 'active' AND pid <> pg_backend_pid()"
         ).fetchone()
     assert left == (0,)
+
+
+def _schema_at(dsn: str, state: str) -> None:
+    """Leave the database at ``dsn`` empty, one migration behind, or current."""
+    files = migrations()
+    chosen = {"empty": [], "older": files[:-1], "current": files}[state]
+    if chosen:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            apply_migrations_sync(PsycopgConnection(conn), chosen)
+
+
+def _connect_verdict(dsn: str) -> str | None:
+    """What ``connect_sync`` and ``connect`` say of the database: ``None`` when both
+    open it, else the message both refuse it with (they must agree)."""
+
+    async def by_async() -> str | None:
+        try:
+            store = await cwstore.connect(dsn, max_size=1)
+        except cwstore.SchemaNotReadyError as exc:
+            return exc.message
+        await store.close()
+        return None
+
+    try:
+        connect_sync(dsn, max_size=1).close()
+        sync: str | None = None
+    except cwstore.SchemaNotReadyError as exc:
+        sync = exc.message
+    assert asyncio.run(by_async()) == sync
+    return sync
+
+
+@pytest.mark.parametrize("state", ["empty", "older", "current"])
+def test_connect_and_the_cli_give_one_verdict(empty_db_dsn: str, state: str) -> None:
+    """One rule decides whether a schema is ready: a database with none, one behind this
+    client, and a current one get the same verdict from connect() (both clients) and
+    from a CLI command that reads."""
+    _schema_at(empty_db_dsn, state)
+    verdict = _connect_verdict(empty_db_dsn)
+    run = cli("graphs", "--dsn", empty_db_dsn)
+    if state == "current":
+        assert verdict is None
+        assert run.returncode == 0, run.stderr.decode()
+        return
+    assert verdict is not None
+    words = {"empty": "no cwstore schema", "older": "behind this client"}[state]
+    assert words in verdict and "cwstore init" in verdict
+    assert verdict in assert_refused(run, words)

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from cwstore import compute_id, jsontext, roles
+from cwstore.drivers.psycopg import PsycopgConnection
 
 from .stores import dsn_as
 
@@ -61,7 +62,7 @@ def tenant_roles(dsn: str) -> Iterator[Roles]:
     tag = uuid.uuid4().hex[:8]
     names = {who: f"cw_{tag}_{who}" for who, _, _ in _ROLES}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        roles.install_roles_sync(conn)
+        roles.install_roles_sync(PsycopgConnection(conn))
         for who, group, _ in _ROLES:
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
@@ -88,7 +89,7 @@ def rejoin(made: Roles) -> None:
     removes its memberships)."""
     with psycopg.connect(made.owner, autocommit=True) as conn:
         for who, _, tenant in _ROLES:
-            roles.add_tenant_member_sync(conn, tenant, made.names[who])
+            roles.add_tenant_member_sync(PsycopgConnection(conn), tenant, made.names[who])
 
 
 def node(kind: str, payload: Any, parents: list[str] | None = None) -> dict[str, Any]:

@@ -16,8 +16,7 @@ from psycopg import ProgrammingError, pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cwstore import InputError
-from cwstore.conninfo import asyncpg_target, parse_conninfo
-from cwstore.demo import _display_dsn
+from cwstore.drivers._conninfo import asyncpg_target, parse_conninfo, without_password
 
 _NATIVE = {
     "user", "password", "passfile", "dbname", "host", "port", "options", "application_name",
@@ -347,7 +346,7 @@ def test_the_demo_shows_a_dsn_without_its_password(dsn: str) -> None:
     except ProgrammingError:
         libpq = {}
     hidden = libpq.pop("password", None) is not None
-    assert _display_dsn(dsn) == ((make_conninfo("", **libpq) if hidden else dsn), hidden)
+    assert without_password(dsn) == ((make_conninfo("", **libpq) if hidden else dsn), hidden)
 
 
 def test_parse_conninfo_is_libpqs() -> None:

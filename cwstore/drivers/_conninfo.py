@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from .errors import InputError
+from ..errors import InputError
 
-__all__ = ["AsyncpgTarget", "asyncpg_target", "parse_conninfo"]
+__all__ = ["AsyncpgTarget", "asyncpg_target", "parse_conninfo", "without_password"]
 
 _NATIVE = frozenset(
     {
@@ -87,6 +87,21 @@ class AsyncpgTarget:
 
     url: str
     options: dict[str, Any] = field(default_factory=dict)
+
+
+def without_password(dsn: str) -> tuple[str, bool]:
+    """``dsn`` to show, without its password (and whether one was left out); a string
+    libpq refuses is shown as it is."""
+    try:
+        params = parse_conninfo(dsn)
+    except InputError:
+        return dsn, False
+    if "password" not in params:
+        return dsn, False
+    params.pop("password")
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo("", **params), True
 
 
 def parse_conninfo(conninfo: str) -> dict[str, str]:
