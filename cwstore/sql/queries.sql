@@ -122,10 +122,6 @@ SELECT cwstore.listen_v1()
 -- Stop being woken (the row also goes when the backend exits and someone registers).
 SELECT cwstore.unlisten_v1()
 
--- name: schema_present
--- Whether this database holds cwstore's schema: a store checks it once when it connects.
-SELECT to_regclass('cwstore.nodes') IS NOT NULL
-
 -- name: erase_graph
 -- Erase graph $1 (reason $2, may be NULL); the number of nodes it held.
 SELECT cwstore.erase_graph_v1($1, $2)
