@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 import cwstore
 
@@ -102,3 +103,39 @@ def test_the_store_does_not_scan_nodes_with_statistics_of_empty_tables(
             parents = [stored.id]
             assert store.frontier("g") == parents
     assert _seq_scans(empty_db_dsn) - before < APPENDS // 10
+
+
+def _append_window(c: psycopg.Connection[Any], first: int, heads: dict[str, str]) -> int:
+    """Ten appends of :data:`KEYS`' next versions in one transaction; the index
+    entries its scans of cwstore's graph tables read (this backend's own count)."""
+    with c.transaction():
+        for i in range(first, first + 10):
+            batch = [_node(i, heads.get(key), key) for key in KEYS]
+            c.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
+                ("g", json.dumps(batch, separators=(",", ":"))),
+            )
+            heads.update({key: str(node["id"]) for key, node in zip(KEYS, batch, strict=True)})
+        row = c.execute(
+            "SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid)) FROM pg_index i"
+            " WHERE i.indrelid = ANY(SELECT ('cwstore.' || quote_ident(t))::regclass"
+            " FROM unnest(%s::text[]) t)",
+            (list(TABLES),),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="generic plans made while the tables were tiny read the graph's whole range "
+    "through another index of nodes (issue 35; the write path of issue 37)",
+)
+def test_an_appends_index_reads_do_not_grow_with_the_graph(empty_db_dsn: str) -> None:
+    _analyzed_while_empty(empty_db_dsn)
+    heads: dict[str, str] = {}
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        early = _append_window(c, 0, heads)
+        for start in range(10, APPENDS, 10):
+            late = _append_window(c, start, heads)
+    assert late <= early * 1.5
