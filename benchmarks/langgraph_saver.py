@@ -6,7 +6,7 @@ Workloads (``--workloads``, all by default; each reported as its own configurati
   LangGraph itself: a ``StateGraph`` of a deterministic fake chat model (LangChain's
   ``GenericFakeChatModel``, no network) and a ``ToolNode`` of two tools. Each turn the user
   asks, the model calls one tool (``lookup`` and ``add`` in turn), the tool answers, the
-  model replies: four checkpoints a turn, stored with ``durability="sync"`` (each put
+  model replies: five checkpoints a turn, stored with ``durability="sync"`` (each put
   before the next step, so a put is timed without the graph's own thread beside it).
   Reported: bytes, put p50/p95 (every ``put`` the graph makes) and turn p50/p95
   (``invoke`` of one user message).
@@ -17,7 +17,8 @@ Workloads (``--workloads``, all by default; each reported as its own configurati
   checkpoints picked at random, first by the saver that wrote the thread, then each by
   a new saver (first_read: what a process reads of a thread it has not seen). Between
   the puts and the reads the database is vacuumed and analyzed, as autovacuum leaves a
-  database in use. Reported: bytes, put p50/p95, read p50/p95, first_read p50.
+  database in use. Reported: bytes, put p50/p95, read p50/p95, first_read p50, and the
+  put p50 of the first and of the last 50 puts (as for ``growth``).
 - ``growth``: a chat of ``--growth-steps`` steps in a database whose saver tables were
   analyzed while empty, with autovacuum off on them, so every put is planned with the
   statistics of empty tables. Reported: put p50 of the first 50 and of the last 50 puts,
@@ -207,18 +208,23 @@ def _chat(saver: Any, savers: Any, dsn: str, steps: int, args: argparse.Namespac
         "read_p50_ms": _pct(reads, 50),
         "read_p95_ms": _pct(reads, 95),
         "first_read_p50_ms": _pct(first_reads, 50),
+        **_ends(puts),
+    }
+
+
+def _ends(puts: list[float]) -> Metrics:
+    """Put p50 of the first 50 and of the last 50 puts, and their ratio."""
+    first, last = _pct(puts[:50], 50), _pct(puts[-50:], 50)
+    return {
+        "first50_put_p50_ms": first,
+        "last50_put_p50_ms": last,
+        "last50_over_first50": last / first,
     }
 
 
 def _growth(saver: Any, savers: Any, dsn: str, steps: int, args: argparse.Namespace) -> Metrics:
     puts, _, _ = _session(saver, steps, 0, args.seed)
-    first, last = _pct(puts[:50], 50), _pct(puts[-50:], 50)
-    return {
-        "put_p50_ms": _pct(puts, 50),
-        "first50_put_p50_ms": first,
-        "last50_put_p50_ms": last,
-        "last50_over_first50": last / first,
-    }
+    return {"put_p50_ms": _pct(puts, 50), **_ends(puts)}
 
 
 @tool
