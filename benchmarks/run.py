@@ -798,8 +798,11 @@ def bench_savers(admin: str, sizes: Sizes) -> list[Row]:
         return [Row(title, NOT_INSTALLED, NOT_INSTALLED)]
     import langgraph_saver
 
-    args = argparse.Namespace(dsn=admin, steps=steps, reads=200, seed=25)
-    cw, lg = (langgraph_saver.run_apart(name, args) for name in ("cwstore", "langgraph_postgres"))
+    args = argparse.Namespace(dsn=admin, reads=200, seed=25)
+    cw, lg = (
+        langgraph_saver.run_apart(name, "chat", steps, args)
+        for name in ("cwstore", "langgraph_postgres")
+    )
 
     def row(what: str, key: str, target: float, text: Callable[[float], str]) -> Row:
         r = cw[key] / lg[key]
