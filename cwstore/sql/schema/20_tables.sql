@@ -97,7 +97,14 @@ CREATE TABLE cwstore.nodes (
 COMMENT ON TABLE cwstore.nodes IS
   'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid orders the all-graphs feed: the writing transaction''s 64-bit id, raised when needed to the graph''s previous node''s so it never goes back within a graph (append_v1 does this; see tail_all).';
 
-CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at);
+-- Partial, so that only a condition on created_at can use it. A plan made while the
+-- table was tiny (a plpgsql function's generic plan, kept for the connection's life)
+-- finds every index that leads with graph_id equally cheap, and takes the one made last:
+-- this one, had it no predicate, and every later lookup by id or seq through that plan
+-- read the graph's whole range here. Any index on nodes after nodes_id_key must be
+-- partial too (tests/db/test_stale_plans.py).
+CREATE INDEX nodes_created_at_idx ON cwstore.nodes (graph_id, created_at)
+  WHERE created_at IS NOT NULL;
 -- A key's versions in order, with their ids: a run of versions (a LangGraph message
 -- list, a key's history) is one index range scan, not a descent per version.
 CREATE INDEX nodes_key_idx ON cwstore.nodes (graph_id, resource_key, seq)

@@ -1063,7 +1063,9 @@ BEGIN
   -- numbered from the length read under the lock.
   -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
   -- may hold an xid older than the one that wrote the previous node), so it is the
-  -- greater of this transaction's and the graph's last node's.
+  -- greater of this transaction's and the graph's last node's (read as the last at or
+  -- before the length, in nodes_pkey's order: only that index gives the order, so a
+  -- plan made while the table was tiny cannot take another one and read the graph).
   -- The rows come joined to the graph's counter row: on Citus that makes the statement
   -- one INSERT ... SELECT on the graph's worker (not rows copied through the
   -- coordinator, which loses the SQLSTATE of the triggers' refusals).
@@ -1074,7 +1076,8 @@ BEGIN
          v_payloads[b.o], v_created[b.o], v_keys[b.o], v_now,
          greatest(pg_current_xact_id()::text::bigint,
                   (SELECT l.xid FROM cwstore.nodes l
-                    WHERE l.graph_id = v_graph_id AND l.seq = v_len))
+                    WHERE l.graph_id = v_graph_id AND l.seq <= v_len
+                    ORDER BY l.seq DESC LIMIT 1))
     FROM cwstore.graphs g
    CROSS JOIN (SELECT DISTINCT ON (u.id) u.id, u.o
                  FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
