@@ -11,10 +11,11 @@ SELECT f.length,
          WHERE t.graph_id = f.graph_id AND t.seq = f.length) AS tail_id,
        (SELECT h.head_id FROM cwstore.key_heads h
          WHERE h.graph_id = f.graph_id AND h.key = $2::text) AS clear_id,
-       ARRAY(SELECT n.id FROM cwstore.frontier_spans s
-               JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
-              WHERE s.graph_id = f.graph_id AND s.to_seq = cwstore.infinity_seq()
-              ORDER BY s.from_seq, s.ord) AS heads
+       ARRAY(SELECT n.id FROM cwstore.graphs g
+              CROSS JOIN LATERAL unnest(g.frontier_seqs) WITH ORDINALITY AS h(seq, ord)
+               JOIN cwstore.nodes n ON n.graph_id = f.graph_id AND n.seq = h.seq
+              WHERE g.graph_id = f.graph_id
+              ORDER BY h.ord) AS heads
   FROM cwstore.find_graph($1::text) f
 
 -- name: nodes
@@ -26,10 +27,11 @@ WITH s AS MATERIALIZED (
   SELECT f.graph_id, f.length, c.head_id AS clear_id, coalesce(c.head_seq, 0) AS clear_seq,
          (SELECT t.id FROM cwstore.nodes t
            WHERE t.graph_id = f.graph_id AND t.seq = f.length) AS tail_id,
-         ARRAY(SELECT h.id FROM cwstore.frontier_spans fs
-                 JOIN cwstore.nodes h ON h.graph_id = fs.graph_id AND h.seq = fs.head_seq
-                WHERE fs.graph_id = f.graph_id AND fs.to_seq = cwstore.infinity_seq()
-                ORDER BY fs.from_seq, fs.ord) AS heads
+         ARRAY(SELECT h.id FROM cwstore.graphs g
+                CROSS JOIN LATERAL unnest(g.frontier_seqs) WITH ORDINALITY AS fs(seq, ord)
+                 JOIN cwstore.nodes h ON h.graph_id = f.graph_id AND h.seq = fs.seq
+                WHERE g.graph_id = f.graph_id
+                ORDER BY fs.ord) AS heads
     FROM cwstore.find_graph($1::text) f
     LEFT JOIN cwstore.key_heads c ON c.graph_id = f.graph_id AND c.key = $2::text)
 SELECT 0 AS part, s.length, s.tail_id, s.clear_id, s.heads,

@@ -50,10 +50,11 @@ ANALYZE cwstore.nodes, cwstore.edges, cwstore.frontier_spans, cwstore.key_versio
 -- name: frontier_now
 -- The current frontier of graph $1.
 SELECT n.id
-  FROM cwstore.frontier_spans s
-  JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
- WHERE s.graph_id = $1 AND s.to_seq = cwstore.infinity_seq()
- ORDER BY s.from_seq, s.ord
+  FROM cwstore.graphs g
+ CROSS JOIN LATERAL unnest(g.frontier_seqs) WITH ORDINALITY AS f(seq, ord)
+  JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = f.seq
+ WHERE g.graph_id = $1
+ ORDER BY f.ord
 
 -- name: first_mismatch
 -- The first position (1-based) where the stored ids differ from $2, or none.

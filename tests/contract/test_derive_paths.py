@@ -5,7 +5,9 @@ at most 3 of them, and with set-based statements over the whole batch when there
 more (cwstore/sql/schema/40_derive.sql). The same session is written five ways — one
 import, and appends of 1, 3, 5 and 40 nodes — and every derived table (edges, frontier
 spans, key versions and heads, counts by kind) must hold the same rows for each, graph
-id aside.
+id aside; so must the graph's current frontier, before and after its frontier history
+is brought to its length (``cwstore.derive_v1``: the appends of one node leave it
+trailing, those of 40 write it as they go).
 """
 
 from __future__ import annotations
@@ -25,15 +27,24 @@ DERIVED = {
 
 
 def _derived(dsn: str, graph: str) -> dict[str, list[tuple[Any, ...]]]:
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         gid = conn.execute("SELECT cwstore.graph_key(%s)", (graph,)).fetchone()
         assert gid is not None
+        frontier = "SELECT frontier_seqs, length FROM cwstore.graphs WHERE graph_id = %s"
+        before = conn.execute(frontier, gid).fetchall()
+        conn.execute("SELECT cwstore.derive_v1(%s)", (graph,))
+        watermark = "SELECT derived_length FROM cwstore.graphs WHERE graph_id = %s"
         return {
-            table: conn.execute(
-                f"SELECT {cols} FROM cwstore.{table} WHERE graph_id = %s ORDER BY {cols}",
-                gid,
-            ).fetchall()
-            for table, cols in DERIVED.items()
+            "frontier before derive": before,
+            "frontier after derive": conn.execute(frontier, gid).fetchall(),
+            "watermark": conn.execute(watermark, gid).fetchall(),
+            **{
+                table: conn.execute(
+                    f"SELECT {cols} FROM cwstore.{table} WHERE graph_id = %s ORDER BY {cols}",
+                    gid,
+                ).fetchall()
+                for table, cols in DERIVED.items()
+            },
         }
 
 

@@ -55,6 +55,7 @@ WRITE_API = {
     "append_v1(text,json,bigint,json,bigint)",
     "begin_import_v1(text,text[])",
     "declare_frontier_v1(bigint,text[])",
+    "derive_v1(text)",
     "ensure_graph_v1(text,text[])",
     "import_rows_v1(bigint,bigint[],text[],text[],text[],text[],text[],text[])",
 }

@@ -503,7 +503,12 @@ def test_valid_raw_inserts_maintain_the_derived_tables(conn: Conn) -> None:
         "SELECT child_seq, position, parent_seq FROM cwstore.edges"
         " WHERE graph_id = %s ORDER BY 1, 2"
     ) == [(2, 0, 1), (3, 0, 2)] + [(4, i, s) for i, (_, s) in enumerate(parents)]
-    # SPEC 4's fold: the parentless system node never joins; each node replaces its parents
+    # SPEC 4's fold: the parentless system node never joins; each node replaces its
+    # parents. The current frontier at once; its history once asked for (it trails the
+    # graph by fewer than cwstore.derive_lag() nodes).
+    assert rows("SELECT frontier_seqs FROM cwstore.graphs WHERE graph_id = %s") == [([4],)]
+    assert rows("SELECT count(*) FROM cwstore.frontier_spans WHERE graph_id = %s") == [(0,)]
+    conn.execute("SELECT cwstore.derive_v1(name) FROM cwstore.graphs WHERE graph_id = %s", (gid,))
     assert rows(
         "SELECT head_seq, from_seq, to_seq FROM cwstore.frontier_spans"
         " WHERE graph_id = %s ORDER BY 1, 2"

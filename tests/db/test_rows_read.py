@@ -153,6 +153,7 @@ def test_erasing_a_graph_reads_its_own_frontier_spans(new_db: str) -> None:
             conn.execute("SELECT cwstore.erase_graph_v1('spans-first')")
             store.import_state("spans-long", document(chain(LONG, tag="spans-long")))
             store.import_state("spans-victim", document(chain(3, tag="spans-victim")))
+        conn.execute("SELECT cwstore.derive_v1('spans-victim')")  # its spans, to erase
         graph_id = conn.execute(
             "SELECT graph_id FROM cwstore.graphs WHERE name = 'spans-victim'"
         ).fetchone()

@@ -20,6 +20,31 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 9223372036854775807::bigint $$
 COMMENT ON FUNCTION cwstore.infinity_seq() IS
   'The to_seq of a span that is still open (a current head).';
 
+-- How far a graph's frontier history (frontier_spans) may trail its nodes: the write
+-- that takes the graph this many nodes past its watermark (graphs.derived_length)
+-- derives the spans of those nodes, in one set-wise pass; a read as of a later node
+-- folds at most this many minus one.
+CREATE FUNCTION cwstore.derive_lag() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 64::bigint $$;
+COMMENT ON FUNCTION cwstore.derive_lag() IS
+  'How many nodes a graph''s frontier history may trail its length before the write that reaches it derives them.';
+
+-- _fold_frontier(frontier, new heads, closed): SPEC 4's fold of a run of nodes onto a
+-- frontier (heads' sequences, in order): the heads that a node of the run took as a
+-- parent leave it, the run's folding nodes join it at the end in sequence order, unless
+-- a later node of the run took them as a parent. new is the run's folding nodes
+-- (semantic nodes and parentless system nodes leave the frontier alone), closed the
+-- parents of those nodes. Set-wise: a node is only ever a parent of later nodes.
+CREATE FUNCTION cwstore._fold_frontier(p_frontier bigint[], p_new bigint[], p_closed bigint[])
+RETURNS bigint[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(array_agg(u.s ORDER BY u.o), '{}')
+    FROM unnest(p_frontier || p_new) WITH ORDINALITY AS u(s, o)
+    LEFT JOIN (SELECT DISTINCT c.s FROM unnest(p_closed) AS c(s)) c ON c.s = u.s
+   WHERE c.s IS NULL
+$$;
+COMMENT ON FUNCTION cwstore._fold_frontier(bigint[], bigint[], bigint[]) IS
+  'Private: a frontier (heads'' seqs, in order) after a run of nodes: without closed (the parents of the run''s folding nodes), then new (those nodes), in order.';
+
 -- The ten node kinds of AgentState v1, listed once: the nodes table's CHECK, append_v1's
 -- validation and the projection's counts read them from here. A call with no argument
 -- to an IMMUTABLE function is folded into a constant when a statement is planned, so

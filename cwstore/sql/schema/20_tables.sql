@@ -1,8 +1,11 @@
 -- 20_tables: the tables, their indexes and their comments.
 --
--- graphs holds one row per graph (the per-graph lock of the append path); nodes is the
--- append-only log; edges, frontier_spans, key_versions, key_heads and kind_counts are
--- derived from nodes by its insert triggers (40_derive.sql), current and historical;
+-- graphs holds one row per graph (the per-graph lock of the append path, and its
+-- current frontier); nodes is the append-only log; edges, key_versions, key_heads and
+-- kind_counts are derived from nodes by its insert triggers in the writing statement
+-- (40_derive.sql); frontier_spans, the frontier's history, behind a watermark
+-- (graphs.derived_length), by the write that takes the graph derive_lag() nodes past
+-- it, or by cwstore.derive_v1;
 -- frontier_declarations records frontiers declared by writers; tenant_members says
 -- which roles belong to which tenant (50_tenancy.sql); listeners who follows the
 -- channel cwstore (80_listeners.sql).
@@ -32,6 +35,8 @@ CREATE TABLE cwstore.graphs (
   written_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
   retention_group text
     DEFAULT nullif(pg_catalog.current_setting('cwstore.retention_group', true), ''),
+  frontier_seqs bigint[] NOT NULL DEFAULT '{}',
+  derived_length bigint NOT NULL DEFAULT 0,
   CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
   CONSTRAINT graphs_length_check CHECK (length >= 0),
   CONSTRAINT graphs_vocabulary_check CHECK (
@@ -45,7 +50,7 @@ CREATE TABLE cwstore.graphs (
 CREATE INDEX graphs_retention_group_idx ON cwstore.graphs (tenant, retention_group)
   WHERE retention_group IS NOT NULL;
 COMMENT ON TABLE cwstore.graphs IS
-  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). The row is the per-graph lock of the append path.';
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). frontier_seqs is the current frontier (its heads'' sequences, in order), kept by every write. derived_length is the watermark of frontier_spans, which holds the frontier''s history through node derived_length; reads as of a later node fold the nodes after it (fewer than cwstore.derive_lag()). The row is the per-graph lock of the append path.';
 
 CREATE TABLE cwstore.graph_key_detours (
   slot      bigint NOT NULL,
@@ -142,7 +147,7 @@ CREATE INDEX frontier_spans_closed_idx ON cwstore.frontier_spans
   USING gist (cwstore.span_band(graph_id, from_seq, to_seq))
   WHERE to_seq <> cwstore.infinity_seq();
 COMMENT ON TABLE cwstore.frontier_spans IS
-  'Frontier history: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for current heads.';
+  'Frontier history through the graph''s derived_length: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for heads still open at derived_length. cwstore.frontier_at answers at every s (it folds the nodes after the watermark); the current frontier is graphs.frontier_seqs.';
 
 CREATE TABLE cwstore.frontier_declarations (
   declaration_id  bigint GENERATED ALWAYS AS IDENTITY,

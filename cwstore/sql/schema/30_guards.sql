@@ -101,9 +101,12 @@ BEGIN
     RETURN OLD;
   END IF;
   IF NEW.graph_id <> OLD.graph_id OR NEW.name <> OLD.name OR NEW.incarnation <> OLD.incarnation
-     OR (NEW.length <> OLD.length AND pg_trigger_depth() < 2) THEN
+     OR ((NEW.length <> OLD.length OR NEW.frontier_seqs IS DISTINCT FROM OLD.frontier_seqs)
+         AND pg_trigger_depth() < 2)
+     OR (NEW.derived_length <> OLD.derived_length AND NEW.derived_length <> NEW.length
+         AND pg_trigger_depth() < 2) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW403',
-      MESSAGE = format('graph %L: its id, name, incarnation and length are kept by cwstore: UPDATE refused', OLD.name),
+      MESSAGE = format('graph %L: its id, name, incarnation, length and frontier are kept by cwstore (derived_length moves only to its length, cwstore.derive_v1): UPDATE refused', OLD.name),
       DETAIL = jsonb_build_object('table', 'graphs', 'operation', 'UPDATE', 'graph', OLD.name)::text;
   END IF;
   IF NEW.vocabulary IS DISTINCT FROM OLD.vocabulary AND OLD.length > 0 THEN
@@ -117,7 +120,8 @@ END $$;
 
 -- graphs: a DELETE is checked unless an erasure sends it; an UPDATE only when a client
 -- sends it or when it touches what nobody may change (the nodes trigger moves length,
--- nothing else).
+-- the frontier and the watermark, nothing else; a client may move the watermark to the
+-- length, which derives the history up to there: cwstore.derive_v1).
 CREATE TRIGGER graphs_guard_delete BEFORE DELETE ON cwstore.graphs
   FOR EACH ROW WHEN (pg_trigger_depth() < 1) EXECUTE FUNCTION cwstore._graphs_guard();
 CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs

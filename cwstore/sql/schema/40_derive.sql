@@ -1,12 +1,22 @@
 -- 40_derive: the nodes triggers, which check a whole statement's new rows and write
--- what is derived from them, in the same transaction: edges, frontier spans, resource
--- key versions and heads, running counts by kind, and the graph's new length; and the
--- trigger of declared frontiers.
+-- what is derived from them, in the same transaction: edges, resource key versions and
+-- heads, running counts by kind, the graph's new length and current frontier; the
+-- frontier's history (frontier_spans) behind a watermark, a run of nodes at a time; and
+-- the trigger of declared frontiers.
 --
 -- Whoever writes (append_v1, import_rows_v1, a COPY by the owner, psql), every invariant
 -- the database can hold is checked here: parents that exist, come earlier and are sorted,
 -- semantic payloads of the right shape and vocabulary, resource chains that link to the
 -- key's head, gapless sequences.
+--
+-- The frontier's history trails the nodes: graphs.derived_length is the last node whose
+-- spans are written. The write that takes a graph cwstore.derive_lag() nodes past it
+-- writes the spans of those nodes in one set-wise pass (_derive_spans), in its own
+-- transaction, so a crash can only lose both; cwstore.derive_v1 does it on request. The
+-- reads fold the nodes after the watermark (70_read_api.sql, _frontier_at). Closing a
+-- span is an UPDATE that leaves an index entry behind until VACUUM: per node, as this
+-- was before, a graph's current heads were read through an index entry per node it ever
+-- held; per run, the current frontier is a column of the graph's row.
 --
 -- SQLSTATEs raised: CW400 validation (detail: code, index, node_id, path, message),
 -- CW404 unknown graph, CW410 chain conflict on a resource key.
@@ -78,16 +88,16 @@ BEGIN
     'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
 END $$;
 
--- _derive_node(graph_id, seq, id, kind, parents, resource_key): one new node's derived
--- rows, for a statement of a few nodes, called in sequence order. One statement checks
--- its parents (in order: sorted and listed once, existing, earlier), records the edges,
--- moves the frontier (SPEC 4's fold: semantic nodes and parentless system nodes leave it
--- alone) and counts the node's kind; a keyed node then checks and moves its chain.
+-- _derive_node(graph_id, seq, id, kind, parents, resource_key) -> parent seqs: one new
+-- node's derived rows, for a statement of a few nodes, called in sequence order. One
+-- statement checks its parents (in order: sorted and listed once, existing, earlier),
+-- records the edges and counts the node's kind; a keyed node then checks and moves its
+-- chain. Returns its parents' sequences, for the frontier's fold.
 CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text, p_kind text,
-                                     p_parents text[], p_key text) RETURNS void
+                                     p_parents text[], p_key text) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_folds boolean := NOT (p_kind = 'semantic' OR (p_kind = 'system' AND cardinality(p_parents) = 0));
+  v_parent_seqs bigint[];
   v_head record;
 BEGIN
   WITH e AS (
@@ -110,22 +120,16 @@ BEGIN
                           WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
      ORDER BY u.o
     RETURNING parent_seq),
-  closed AS (
-    UPDATE cwstore.frontier_spans s SET to_seq = p_seq
-      FROM e
-     WHERE v_folds AND s.graph_id = p_graph_id AND s.head_seq = e.parent_seq
-       AND s.to_seq = cwstore.infinity_seq()),
-  opened AS (
-    INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-    SELECT p_graph_id, p_seq, p_seq, 0, cwstore.infinity_seq() WHERE v_folds)
-  INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-  SELECT p_graph_id, p_kind, p_seq,
-         coalesce((SELECT k.n FROM cwstore.kind_counts k
-                    WHERE k.graph_id = p_graph_id AND k.kind = p_kind
-                    ORDER BY k.seq DESC LIMIT 1), 0) + 1;
+  counted AS (
+    INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
+    SELECT p_graph_id, p_kind, p_seq,
+           coalesce((SELECT k.n FROM cwstore.kind_counts k
+                      WHERE k.graph_id = p_graph_id AND k.kind = p_kind
+                      ORDER BY k.seq DESC LIMIT 1), 0) + 1)
+  SELECT array_agg(e.parent_seq) INTO v_parent_seqs FROM e;
 
   IF p_key IS NULL THEN
-    RETURN;
+    RETURN v_parent_seqs;
   END IF;
   SELECT h.head_seq, h.head_id, h.version INTO v_head
     FROM cwstore.key_heads h WHERE h.graph_id = p_graph_id AND h.key = p_key;
@@ -145,61 +149,92 @@ BEGIN
     INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
     VALUES (p_graph_id, p_key, 1, p_seq, cwstore.infinity_seq());
   END IF;
+  RETURN v_parent_seqs;
 END $$;
 
--- _derive_parents(graph_id, batch nodes, batch parents): a batch's parents resolved and
--- checked (existence, order, uniqueness), its edges recorded, the frontier spans of
--- parents closed and spans opened for the new heads (SPEC 4's fold: semantic nodes and
--- parentless system nodes leave the frontier alone). The batch's nodes come as
--- sequences, ids and whether each folds; its parents one row per (child, position):
--- child seq and id, position, parent id, the previous parent's id, the child's fold.
+-- _derive_parents(graph_id, batch nodes, batch parents) -> closed: a batch's parents
+-- resolved and checked (existence, order, uniqueness) and its edges recorded. The
+-- batch's nodes come as sequences and ids; its parents one row per (child, position):
+-- child seq and id, position, parent id, the previous parent's id, whether the child
+-- folds (SPEC 4: semantic nodes and parentless system nodes leave the frontier alone).
+-- Returns the parents of the folding children, for the frontier's fold.
 CREATE FUNCTION cwstore._derive_parents(p_graph_id bigint, a_seq bigint[], a_id text[],
-                                        a_folds boolean[], p_child bigint[], p_id text[],
-                                        p_pos integer[], p_pid text[], p_prev text[],
-                                        p_folds boolean[]) RETURNS void
+                                        p_child bigint[], p_id text[], p_pos integer[],
+                                        p_pid text[], p_prev text[], p_folds boolean[])
+RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
   p_seq bigint[];
+  v_closed bigint[];
+BEGIN
+  -- Parents in the batch itself are found by a join with it; only the others are
+  -- looked up one by one in the index (never a scan of the whole table).
+  SELECT array_agg(
+           CASE
+             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id,
+               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+               format('parent %s does not exist', p.pid))
+             WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p_graph_id,
+               p.child_seq, p.child_id, format('$.parents[%s]', p.position),
+               format('parent %s is not earlier in sequence', p.pid))
+             WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
+               THEN cwstore._violation('parent_order', p_graph_id, p.child_seq, p.child_id,
+               format('$.parents[%s]', p.position),
+               'parents must be sorted ascending and listed once')
+             ELSE m.seq
+           END ORDER BY p.o)
+    INTO p_seq
+    FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
+           WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
+    LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
+    LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
+                                               WHERE m.graph_id = p_graph_id
+                                                 AND m.id = p.pid LIMIT 1)) AS seq) m
+      ON true;
+  INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+  SELECT p_graph_id, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
+  SELECT array_agg(u.s) INTO v_closed FROM unnest(p_seq, p_folds) AS u(s, f) WHERE u.f;
+  RETURN v_closed;
+END $$;
+
+-- _derive_spans(graph_id, from, to): the frontier spans of nodes from+1 .. to, the run
+-- after the watermark (graphs.derived_length = from), set-wise: the spans still open at
+-- the watermark whose head a folding node of the run took as a parent are closed at the
+-- first such node; each folding node of the run gets its span, closed where a later one
+-- took it as a parent, else open. The caller holds the graph's row and moves the
+-- watermark. (Only semantic nodes among those with parents leave the frontier alone.)
+CREATE FUNCTION cwstore._derive_spans(p_graph_id bigint, p_from bigint, p_to bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  a_seq bigint[];
+  a_kind text[];
+  a_folds boolean[];
+  e_child bigint[];
+  e_parent bigint[];
   c_parent bigint[];
   c_at bigint[];
 BEGIN
-  IF p_child IS NOT NULL THEN
-    -- Parents in the batch itself are found by a join with it; only the others are
-    -- looked up one by one in the index (never a scan of the whole table).
-    SELECT array_agg(
-             CASE
-               WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id,
-                 p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-                 format('parent %s does not exist', p.pid))
-               WHEN m.seq >= p.child_seq THEN cwstore._violation('parent_order', p_graph_id,
-                 p.child_seq, p.child_id, format('$.parents[%s]', p.position),
-                 format('parent %s is not earlier in sequence', p.pid))
-               WHEN p.prev_pid IS NOT NULL AND p.prev_pid COLLATE "C" >= p.pid COLLATE "C"
-                 THEN cwstore._violation('parent_order', p_graph_id, p.child_seq, p.child_id,
-                 format('$.parents[%s]', p.position),
-                 'parents must be sorted ascending and listed once')
-               ELSE m.seq
-             END ORDER BY p.o)
-      INTO p_seq
-      FROM unnest(p_child, p_id, p_pos, p_pid, p_prev)
-             WITH ORDINALITY AS p(child_seq, child_id, position, pid, prev_pid, o)
-      LEFT JOIN unnest(a_seq, a_id) AS b(seq, id) ON b.id = p.pid
-      LEFT JOIN LATERAL (SELECT coalesce(b.seq, (SELECT m.seq FROM cwstore.nodes m
-                                                 WHERE m.graph_id = p_graph_id
-                                                   AND m.id = p.pid LIMIT 1)) AS seq) m
-        ON true;
-    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-    SELECT p_graph_id, u.c, u.p, u.s FROM unnest(p_child, p_pos, p_seq) AS u(c, p, s);
-    SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
-      FROM (SELECT u.s AS parent_seq, min(u.c) AS close_seq
-              FROM unnest(p_child, p_seq, p_folds) AS u(c, s, f)
-             WHERE u.f GROUP BY u.s) x;
-    -- Only open spans (the partial index), so this join stays small at any size.
-    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
-      FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
-     WHERE s.graph_id = p_graph_id AND s.head_seq = c.parent_seq
-       AND s.to_seq = cwstore.infinity_seq();
-  END IF;
+  SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.kind ORDER BY n.seq),
+         array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+                   ORDER BY n.seq)
+    INTO a_seq, a_kind, a_folds
+    FROM cwstore.nodes n
+   WHERE n.graph_id = p_graph_id AND n.seq > p_from AND n.seq <= p_to;
+  SELECT array_agg(e.child_seq), array_agg(e.parent_seq) INTO e_child, e_parent
+    FROM cwstore.edges e
+   WHERE e.graph_id = p_graph_id AND e.child_seq > p_from AND e.child_seq <= p_to;
+  SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
+    FROM (SELECT e.parent_seq, min(e.child_seq) AS close_seq
+            FROM unnest(e_child, e_parent) AS e(child_seq, parent_seq)
+            JOIN unnest(a_seq, a_kind) AS n(seq, kind) ON n.seq = e.child_seq
+           WHERE n.kind <> 'semantic'
+           GROUP BY e.parent_seq) x;
+  -- Only open spans (the partial index), so this join stays small at any size.
+  UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+    FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+   WHERE s.graph_id = p_graph_id AND s.head_seq = c.parent_seq AND c.parent_seq <= p_from
+     AND s.to_seq = cwstore.infinity_seq();
   INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
   SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
     FROM unnest(a_seq, a_folds) AS n(seq, folds)
@@ -282,21 +317,29 @@ BEGIN
     JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
 END $$;
 
--- _advance_length(graph_id, lo, hi, count): gapless: a graph's new rows in a statement
--- are exactly length+1 .. length+count (CW400 sequence otherwise, CW404 for an unknown
--- graph); then the new length, and the time of this statement (written_at,
+-- _advance_length(graph_id, lo, hi, count, new, closed) -> lag: gapless: a graph's new
+-- rows in a statement are exactly length+1 .. length+count (CW400 sequence otherwise,
+-- CW404 for an unknown graph); then the new length, the current frontier folded with
+-- the statement's nodes (new: its folding nodes, closed: their parents; see
+-- cwstore._fold_frontier), and the time of this statement (written_at,
 -- clock_timestamp(): a long transaction's last statement, not its start, so retention
 -- measures idleness from the end of the last write), and a wake-up for followers
--- (NOTIFY is a hint; the table is the truth).
+-- (NOTIFY is a hint; the table is the truth). Returns how far the frontier's history
+-- trails the new length.
 CREATE FUNCTION cwstore._advance_length(p_graph_id bigint, p_lo bigint, p_hi bigint,
-                                        p_count bigint) RETURNS void
+                                        p_count bigint, p_new bigint[], p_closed bigint[])
+RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
   r record;
+  v_lag bigint;
   v_now timestamptz := clock_timestamp();  -- a value: Citus refuses a volatile call in an UPDATE
 BEGIN
-  UPDATE cwstore.graphs g SET length = p_hi, written_at = v_now
-   WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count;
+  UPDATE cwstore.graphs g
+     SET length = p_hi, written_at = v_now,
+         frontier_seqs = cwstore._fold_frontier(g.frontier_seqs, p_new, p_closed)
+   WHERE g.graph_id = p_graph_id AND p_lo = g.length + 1 AND p_hi = g.length + p_count
+  RETURNING p_hi - g.derived_length INTO v_lag;
   IF NOT FOUND THEN
     SELECT g.name, g.length INTO r FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
     IF NOT FOUND THEN
@@ -311,7 +354,37 @@ BEGIN
   IF EXISTS (SELECT 1 FROM cwstore.listeners) THEN
     PERFORM pg_notify('cwstore', p_graph_id || ':' || p_hi);
   END IF;
+  RETURN v_lag;
 END $$;
+
+-- _derive_history(graph_id, to): the frontier's history written through node to (the
+-- graph's length or less) from the graph's watermark, which moves there. The caller
+-- holds the graph's row (a write's lock, or the UPDATE that asked for it).
+CREATE FUNCTION cwstore._derive_history(p_graph_id bigint, p_to bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_from bigint;
+BEGIN
+  SELECT g.derived_length INTO v_from FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+  IF v_from < p_to THEN
+    PERFORM cwstore._derive_spans(p_graph_id, v_from, p_to);
+    UPDATE cwstore.graphs g SET derived_length = p_to WHERE g.graph_id = p_graph_id;
+  END IF;
+END $$;
+
+-- A client (cwstore.derive_v1, or the owner in psql) asks for a graph's history by
+-- moving its watermark to its length (the guard allows nothing else): the row is
+-- locked by that UPDATE, and this trigger writes the spans of the nodes it passed.
+CREATE FUNCTION cwstore._derive_requested() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM cwstore._derive_spans(NEW.graph_id, OLD.derived_length, NEW.derived_length);
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER graphs_derive_requested AFTER UPDATE OF derived_length ON cwstore.graphs
+  FOR EACH ROW WHEN (NEW.derived_length > OLD.derived_length AND pg_trigger_depth() < 1)
+  EXECUTE FUNCTION cwstore._derive_requested();
 
 -- The trigger, fired once per statement that inserts nodes: it reads the statement's new
 -- rows (the transition table, visible only here) into arrays, graph by graph, and hands
@@ -353,7 +426,10 @@ DECLARE
   a_seq bigint[];
   a_id text[];
   a_kind text[];
-  a_folds boolean[];
+  v_new bigint[];
+  v_closed bigint[];
+  v_parent_seqs bigint[];
+  v_lag bigint;
   s_seq bigint[];
   s_id text[];
   s_payload text[];
@@ -393,25 +469,34 @@ BEGIN
     END LOOP;
   END IF;
 
-  IF v_rows <= 3 THEN
-    FOR nd IN SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key
-                FROM new_nodes n ORDER BY n.graph_id, n.seq LOOP
-      -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
-      -- would make every text comparison in _derive_node "C", which the indexes of
-      -- key_heads, key_versions and kind_counts cannot serve (a scan of the graph's rows).
-      PERFORM cwstore._derive_node(nd.graph_id, nd.seq, nd.id COLLATE "default", nd.kind,
-                                   nd.parents, nd.resource_key COLLATE "default");
-    END LOOP;
-  ELSE
+  IF v_rows > 3 THEN
     v_work_mem := current_setting('work_mem');
     v_jit := current_setting('jit');
     PERFORM set_config('work_mem', '64MB', true), set_config('jit', 'off', true);
-    FOREACH v_gid IN ARRAY v_gids LOOP
+  END IF;
+  FOR i IN 1 .. cardinality(v_gids) LOOP
+    v_gid := v_gids[i];
+    v_new := NULL;
+    v_closed := NULL;
+    IF v_rows <= 3 THEN
+      FOR nd IN SELECT n.seq, n.id, n.kind, n.parents, n.resource_key
+                  FROM new_nodes n WHERE n.graph_id = v_gid ORDER BY n.seq LOOP
+        -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
+        -- would make every text comparison in _derive_node "C", which the indexes of
+        -- key_heads, key_versions and kind_counts cannot serve (a scan of the graph's rows).
+        v_parent_seqs := cwstore._derive_node(v_gid, nd.seq, nd.id COLLATE "default", nd.kind,
+                                              nd.parents, nd.resource_key COLLATE "default");
+        IF NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0)) THEN
+          v_new := v_new || nd.seq;
+          v_closed := v_closed || v_parent_seqs;
+        END IF;
+      END LOOP;
+    ELSE
       SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
              array_agg(n.kind ORDER BY n.seq),
-             array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
-                       ORDER BY n.seq)
-        INTO a_seq, a_id, a_kind, a_folds
+             array_agg(n.seq ORDER BY n.seq)
+               FILTER (WHERE NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0)))
+        INTO a_seq, a_id, a_kind, v_new
         FROM new_nodes n WHERE n.graph_id = v_gid;
       -- One row per (child, parent), with the parent before it in the child's list.
       -- (lag(), not an element found by its index: a text[] element is read from the
@@ -421,12 +506,11 @@ BEGIN
         INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
         FROM (SELECT n.seq, n.id, x.ord, x.pid,
                      lag(x.pid) OVER (PARTITION BY n.seq ORDER BY x.ord) AS prev,
-                     NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
-                       AS folds
+                     n.kind <> 'semantic' AS folds
                 FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS x(pid, ord)
                WHERE n.graph_id = v_gid) u;
-      PERFORM cwstore._derive_parents(v_gid, a_seq, a_id, a_folds, p_child, p_id, p_pos, p_pid,
-                                      p_prev, p_folds);
+      v_closed := cwstore._derive_parents(v_gid, a_seq, a_id, p_child, p_id, p_pos, p_pid,
+                                          p_prev, p_folds);
       IF v_keyed THEN
         SELECT array_agg(n.resource_key ORDER BY n.seq), array_agg(n.seq ORDER BY n.seq),
                array_agg(n.id ORDER BY n.seq), array_agg(n.parents::text ORDER BY n.seq)
@@ -437,13 +521,15 @@ BEGIN
         END IF;
       END IF;
       PERFORM cwstore._count_kinds(v_gid, a_seq, a_kind);
-    END LOOP;
+    END IF;
+    v_lag := cwstore._advance_length(v_gid, v_los[i], v_his[i], v_cnts[i], v_new, v_closed);
+    IF v_lag >= cwstore.derive_lag() THEN
+      PERFORM cwstore._derive_history(v_gid, v_his[i]);
+    END IF;
+  END LOOP;
+  IF v_rows > 3 THEN
     PERFORM set_config('work_mem', v_work_mem, true), set_config('jit', v_jit, true);
   END IF;
-
-  FOR i IN 1 .. cardinality(v_gids) LOOP
-    PERFORM cwstore._advance_length(v_gids[i], v_los[i], v_his[i], v_cnts[i]);
-  END LOOP;
   RETURN NULL;
 END
 $body$;
@@ -461,11 +547,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
   g_length bigint;
   g_name text;
+  g_frontier bigint[];
   current_heads text[];
   missing text;
   seqs bigint[];
 BEGIN
-  SELECT length, name INTO g_length, g_name FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  SELECT length, name, frontier_seqs INTO g_length, g_name, g_frontier
+    FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
       MESSAGE = format('graph id %s does not exist', NEW.graph_id),
@@ -491,15 +579,17 @@ BEGIN
       format('frontier references missing node %s', missing));
   END IF;
 
-  SELECT array_agg(n.id ORDER BY s.from_seq, s.ord) INTO current_heads
-    FROM cwstore.frontier_spans s
+  SELECT array_agg(n.id ORDER BY u.o) INTO current_heads
+    FROM unnest(g_frontier) WITH ORDINALITY AS u(s, o)
     JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
-                   WHERE n.graph_id = NEW.graph_id AND n.seq = s.head_seq LIMIT 1) n ON true
-   WHERE s.graph_id = NEW.graph_id AND s.to_seq = cwstore.infinity_seq();
+                   WHERE n.graph_id = NEW.graph_id AND n.seq = u.s LIMIT 1) n ON true;
   IF coalesce(current_heads, '{}') = NEW.heads THEN
     RETURN NULL;
   END IF;
 
+  -- The spans are rewritten at the graph's length: their history first comes up to it.
+  PERFORM cwstore._derive_history(NEW.graph_id, g_length);
+  UPDATE cwstore.graphs g SET frontier_seqs = coalesce(seqs, '{}') WHERE g.graph_id = NEW.graph_id;
   DELETE FROM cwstore.frontier_spans
    WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq() AND from_seq = NEW.seq;
   UPDATE cwstore.frontier_spans SET to_seq = NEW.seq

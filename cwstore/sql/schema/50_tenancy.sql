@@ -223,7 +223,8 @@ BEGIN
   FOR f IN SELECT p.oid::regprocedure AS sig,
                   CASE WHEN p.proname IN ('ensure_graph_v1', 'begin_import_v1',
                                           'import_rows_v1', 'append_v1',
-                                          'declare_frontier_v1') THEN 'cwstore_writer'
+                                          'declare_frontier_v1', 'derive_v1')
+                         THEN 'cwstore_writer'
                        WHEN p.proname IN ('erase_graph_v1', 'erase_tenant_v1',
                                           'idle_graphs_v1', 'erase_idle_v1')
                          THEN 'cwstore_admin'

@@ -631,6 +631,30 @@ END $$;
 COMMENT ON FUNCTION cwstore.declare_frontier_v1(bigint, text[]) IS
   'Declare the frontier after the graph''s last node (graph by graph_id), as given and in its order: after an import, or to set it by hand. CW400 frontier_reference for unknown or repeated ids.';
 
+-- derive_v1(graph) -> the graph's length: the frontier's history (frontier_spans) of a
+-- graph written up to its length, now, under the graph's lock. Writes do it on their
+-- own every cwstore.derive_lag() nodes, and every read answers at every point without
+-- it; this is for whoever wants the table itself current (SQL over frontier_spans) or
+-- the work done before a burst of reads. CW404 for an unknown graph.
+CREATE FUNCTION cwstore.derive_v1(p_graph text)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off AS $$
+DECLARE
+  v_life record;
+  v_len bigint;
+BEGIN
+  v_life := cwstore._writer_life(p_graph, false, NULL);
+  IF v_life.life_id IS NULL THEN
+    PERFORM cwstore._graph(p_graph);
+  END IF;
+  v_len := cwstore._lock_life(p_graph, v_life.life_id, v_life.life_incarnation);
+  UPDATE cwstore.graphs g SET derived_length = g.length
+   WHERE g.graph_id = v_life.life_id AND g.derived_length < g.length;
+  RETURN v_len;
+END $$;
+COMMENT ON FUNCTION cwstore.derive_v1(text) IS
+  'Write a graph''s frontier history (frontier_spans) up to its length now; returns the length. Reads never need it: they fold the nodes past the watermark (graphs.derived_length).';
+
 -- _refuse_stale(graph, graph_id, nodes, expected, length): CW409 for an append whose
 -- expected length is not the graph's, unless every node of the batch (by id) is held by
 -- the graph already. The ids are read from the batch as given, before any other check:

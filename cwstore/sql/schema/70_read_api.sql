@@ -97,43 +97,76 @@ END $$;
 COMMENT ON FUNCTION cwstore._at(bigint, bigint) IS
   'Private: normalize a read position: NULL (now) when s is NULL or >= length; 22023 when s < 0.';
 
+-- _spans_at(graph_id, s) -> (position, seq)
+--   The frontier after node s as the spans hold it: s at most the graph's watermark
+--   (graphs.derived_length). One GiST descent of frontier_spans_closed_idx for the
+--   closed spans containing s, plus the open spans that began at or before s (the
+--   partial index frontier_spans_current_idx): O(log n + h).
+CREATE FUNCTION cwstore._spans_at(p_graph_id bigint, p_seq bigint)
+RETURNS TABLE ("position" integer, seq bigint)
+LANGUAGE sql STABLE ROWS 4 AS $$
+  -- The box test is the index condition (it implies the graph: boxes of different
+  -- graphs are apart); the integer tests after it are exact whatever float8 rounding
+  -- the boxes carry. The graph is named all the same: on Citus that sends the query
+  -- to the graph's one shard, not to every shard.
+  SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
+    FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+           WHERE s.graph_id = p_graph_id
+             AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
+                 @> cwstore.at_box(p_graph_id, p_seq)
+             AND s.to_seq <> cwstore.infinity_seq()
+             AND s.from_seq <= p_seq AND p_seq < s.to_seq
+          UNION ALL
+          SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+           WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
+             AND s.from_seq <= p_seq) x
+   ORDER BY x.from_seq, x.ord
+$$;
+COMMENT ON FUNCTION cwstore._spans_at(bigint, bigint) IS
+  'Private: frontier (position, seq) of a graph_id after node s as frontier_spans hold it (s at most the watermark).';
+
 -- _frontier_at(graph_id, s) -> (position, seq)
 --   The frontier after node s, in order (position from 0). s NULL = now.
---   Cost: now, the partial index frontier_spans_current_idx, O(h); at s, one GiST
---   descent of frontier_spans_closed_idx for the closed spans containing s, plus the
---   open spans that began at or before s (current index): O(log n + h).
+--   Cost: now, the graph's row (graphs.frontier_seqs), O(h); at s up to the watermark,
+--   the spans (_spans_at), O(log n + h); past it, the spans at the watermark folded
+--   with the nodes after it, fewer than cwstore.derive_lag(): their rows and edges by
+--   two primary-key range scans.
 CREATE FUNCTION cwstore._frontier_at(p_graph_id bigint, p_seq bigint)
 RETURNS TABLE ("position" integer, seq bigint)
 LANGUAGE plpgsql STABLE ROWS 4 AS $$
+DECLARE
+  g record;
+  v_new bigint[];
+  v_closed bigint[];
 BEGIN
-  IF p_seq IS NULL THEN
+  SELECT x.length, x.derived_length, x.frontier_seqs INTO g
+    FROM cwstore.graphs x WHERE x.graph_id = p_graph_id;
+  IF p_seq IS NULL OR p_seq >= g.length THEN
     RETURN QUERY
-    SELECT (row_number() OVER (ORDER BY s.from_seq, s.ord))::integer - 1, s.head_seq
-      FROM cwstore.frontier_spans s
-     WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
-     ORDER BY s.from_seq, s.ord;
+    SELECT u.o::integer - 1, u.s FROM unnest(g.frontier_seqs) WITH ORDINALITY AS u(s, o)
+     ORDER BY u.o;
+  ELSIF p_seq <= g.derived_length THEN
+    RETURN QUERY SELECT f.position, f.seq FROM cwstore._spans_at(p_graph_id, p_seq) f;
   ELSE
-    -- The box test is the index condition (it implies the graph: boxes of different
-    -- graphs are apart); the integer tests after it are exact whatever float8 rounding
-    -- the boxes carry. The graph is named all the same: on Citus that sends the query
-    -- to the graph's one shard, not to every shard.
+    SELECT array_agg(n.seq ORDER BY n.seq) INTO v_new
+      FROM cwstore.nodes n
+     WHERE n.graph_id = p_graph_id AND n.seq > g.derived_length AND n.seq <= p_seq
+       AND NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0));
+    SELECT array_agg(e.parent_seq) INTO v_closed
+      FROM cwstore.edges e
+     WHERE e.graph_id = p_graph_id AND e.child_seq > g.derived_length AND e.child_seq <= p_seq
+       AND e.child_seq = ANY (v_new);
     RETURN QUERY
-    SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
-      FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
-             WHERE s.graph_id = p_graph_id
-               AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
-                   @> cwstore.at_box(p_graph_id, p_seq)
-               AND s.to_seq <> cwstore.infinity_seq()
-               AND s.from_seq <= p_seq AND p_seq < s.to_seq
-            UNION ALL
-            SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
-             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
-               AND s.from_seq <= p_seq) x
-     ORDER BY x.from_seq, x.ord;
+    SELECT u.o::integer - 1, u.s
+      FROM unnest(cwstore._fold_frontier(
+             ARRAY(SELECT f.seq FROM cwstore._spans_at(p_graph_id, g.derived_length) f
+                    ORDER BY f.position),
+             v_new, v_closed)) WITH ORDINALITY AS u(s, o)
+     ORDER BY u.o;
   END IF;
 END $$;
 COMMENT ON FUNCTION cwstore._frontier_at(bigint, bigint) IS
-  'Private: frontier (position, seq) of a graph_id after node s (NULL = now).';
+  'Private: frontier (position, seq) of a graph_id after node s (NULL = now): the graph''s row now, the spans up to the watermark, the spans at the watermark folded with the nodes after it past it.';
 
 -- _heads_at(graph_id, s, semantic_only) -> (key, version, seq)
 --   Every resource key's head after node s (s NULL = now), keys in byte order. With

@@ -1,0 +1,182 @@
+"""Behind the watermark: a graph's frontier history (``frontier_spans``) trails its
+nodes by fewer than ``cwstore.derive_lag()`` of them, and no read can tell.
+
+A graph is written one node at a time, with branches, semantic nodes, parentless system
+nodes and a frontier declared half-way. At every sequence, the frontier that
+``frontier_at`` and ``export_v1`` give is SPEC 4's fold of the prefix (from the declared
+frontier on, the fold from it): while the watermark trails the graph, and again after
+``cwstore.derive_v1`` has brought it to the graph's length. The current frontier is read
+from the graph's row, not from the spans; the row's frontier and watermark are kept by
+cwstore alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from support.documents import GraphBuilder
+
+import cwstore
+
+DECLARED_AT = 100
+LENGTH = 190
+
+
+def _session() -> tuple[list[dict[str, Any]], list[str]]:
+    """LENGTH nodes of every habit that moves the frontier differently, and the frontier
+    declared after node DECLARED_AT (two heads, one of them an old one)."""
+    b = GraphBuilder()
+    b.system("contract")
+    for i in range(1, LENGTH):
+        step = i % 8
+        if step == 0:
+            b.goal(f"task {i}")
+        elif step == 1:
+            b.inference(f"thinking {i}")
+        elif step == 2:
+            b.tool_call("search", {"q": i})
+        elif step == 3:
+            b.tool_result("search", [i])
+        elif step == 4:
+            b.resource(f"file:{i % 3}", {"v": i})
+        elif step == 5:
+            b.semantic("fact", f"k{i % 4}", i)
+        elif step == 6:
+            b.append("inference", f"aside {i}", advance=False)  # a second head
+        else:
+            b.append("system", f"note {i}", parents=[])  # leaves the frontier alone
+    nodes = b.nodes
+    assert len(nodes) == LENGTH
+    declared = [nodes[3]["id"], nodes[DECLARED_AT - 1]["id"]]
+    return nodes, declared
+
+
+def _expected(nodes: list[dict[str, Any]], declared: list[str], s: int) -> list[str]:
+    if s < DECLARED_AT:
+        return cwstore.fold_frontier(nodes[:s])
+    return cwstore.fold_frontier(nodes[DECLARED_AT:s], start=declared)
+
+
+def _frontiers(conn: psycopg.Connection[Any], graph: str) -> list[list[str]]:
+    """The frontier after every node 0..length, by frontier_at and by export_v1."""
+    by_read = [
+        [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM cwstore.frontier_at(%s, %s) ORDER BY position", (graph, s)
+            )
+        ]
+        for s in range(LENGTH + 1)
+    ]
+    by_export = [
+        list(row[0])
+        if (
+            row := conn.execute(
+                "SELECT frontier FROM cwstore.export_v1(%s, %s)", (graph, s)
+            ).fetchone()
+        )
+        else []
+        for s in range(LENGTH + 1)
+    ]
+    assert by_read == by_export
+    return by_read
+
+
+def _row(conn: psycopg.Connection[Any], graph: str) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT length, derived_length FROM cwstore.graphs WHERE name = %s", (graph,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def test_every_read_of_the_frontier_answers_across_the_watermark(
+    store: Any, graph: str, db_dsn: str
+) -> None:
+    nodes, declared = _session()
+    for i, node in enumerate(nodes, start=1):
+        if i == DECLARED_AT:
+            await store.append(graph, [node], frontier=declared)
+        else:
+            await store.append(graph, [node])
+    expected = [_expected(nodes, declared, s) for s in range(LENGTH + 1)]
+    assert len({len(f) for f in expected}) > 1  # the frontier grows and shrinks
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        lag = int(conn.execute("SELECT cwstore.derive_lag()").fetchone()[0])  # type: ignore[index]
+        length, watermark = _row(conn, graph)
+        assert length == LENGTH
+        # Written every derive_lag() nodes from the declaration on: trailing, not behind.
+        assert watermark == DECLARED_AT + lag * ((LENGTH - DECLARED_AT) // lag)
+        assert 0 < length - watermark < lag
+        assert _frontiers(conn, graph) == expected
+
+        assert conn.execute("SELECT cwstore.derive_v1(%s)", (graph,)).fetchone() == (LENGTH,)
+        assert _row(conn, graph) == (LENGTH, LENGTH)
+        assert _frontiers(conn, graph) == expected
+    assert await store.frontier(graph) == expected[-1]
+
+
+async def test_the_current_frontier_is_read_from_the_graphs_row(
+    store: Any, graph: str, db_dsn: str
+) -> None:
+    """Not through frontier_spans: an index entry per node the graph ever held there was
+    read by every current read until VACUUM came."""
+    nodes, _ = _session()
+    for node in nodes[:80]:
+        await store.append(graph, [node])
+    scans = (
+        "SELECT coalesce(sum(pg_stat_get_xact_numscans(c.oid)), 0) FROM pg_class c"
+        " WHERE c.oid = 'cwstore.frontier_spans'::regclass"
+        "    OR c.oid IN (SELECT indexrelid FROM pg_index"
+        "                  WHERE indrelid = 'cwstore.frontier_spans'::regclass)"
+    )
+    with psycopg.connect(db_dsn) as conn:
+        before = conn.execute(scans).fetchone()
+        heads = [r[0] for r in conn.execute("SELECT id FROM cwstore.frontier_at(%s)", (graph,))]
+        after = conn.execute(scans).fetchone()
+    assert heads == cwstore.fold_frontier(nodes[:80])
+    assert before == after
+
+
+@pytest.mark.parametrize(
+    ("assignment", "allowed"),
+    [
+        ("frontier_seqs = '{}'", False),
+        ("derived_length = 1", False),
+        ("derived_length = length + 1", False),
+        ("derived_length = length", True),
+    ],
+)
+async def test_the_row_keeps_its_frontier_and_watermark(
+    store: Any, graph: str, db_dsn: str, assignment: str, allowed: bool
+) -> None:
+    nodes, _ = _session()
+    for node in nodes[:5]:
+        await store.append(graph, [node])
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        before = conn.execute(
+            "SELECT frontier_seqs FROM cwstore.graphs WHERE name = %s", (graph,)
+        ).fetchone()
+        statement = f"UPDATE cwstore.graphs SET {assignment} WHERE name = %s"
+        if allowed:
+            conn.execute(statement, (graph,))
+            assert _row(conn, graph) == (5, 5)
+            spans = conn.execute(
+                "SELECT count(*) FROM cwstore.frontier_spans WHERE graph_id ="
+                " (SELECT graph_id FROM cwstore.graphs WHERE name = %s)",
+                (graph,),
+            ).fetchone()
+            assert spans is not None and spans[0] > 0
+        else:
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(statement, (graph,))
+            assert refused.value.sqlstate == "CW403"
+            assert _row(conn, graph) == (5, 0)
+        after = conn.execute(
+            "SELECT frontier_seqs FROM cwstore.graphs WHERE name = %s", (graph,)
+        ).fetchone()
+    assert before == after
+    assert await store.frontier(graph) == cwstore.fold_frontier(nodes[:5])
