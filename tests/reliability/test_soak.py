@@ -254,7 +254,21 @@ async def _check_graph(admin: asyncpg.Connection, graph: str, writers: list[Soak
         assert seqs == sorted(seqs), f"writer {w.index}'s nodes are out of order"
 
     # Derived state: the frontier now and at sampled sequences is SPEC section 4's fold,
-    # resource heads and versions follow the chains, one edge per parent.
+    # resource heads and versions follow the chains, one edge per parent. The frontier
+    # as the reads give it (its history trailing the graph), then as the spans hold it
+    # once brought to the graph's length.
+    name = await admin.fetchval("SELECT name FROM cwstore.graphs WHERE graph_id = $1", graph_id)
+    step = max(1, len(nodes) // FRONTIER_SAMPLES)
+    samples = sorted({*range(step, len(nodes) + 1, step), len(nodes)})
+    for seq in [None, *samples]:
+        read = [
+            r[0]
+            for r in await admin.fetch(
+                "SELECT id FROM cwstore.frontier_at($1, $2) ORDER BY position", name, seq
+            )
+        ]
+        assert read == fold_frontier(nodes if seq is None else nodes[:seq]), seq
+    await admin.fetchval("SELECT cwstore.derive_v1($1)", name)
     frontier_now = [
         r[0]
         for r in await admin.fetch(
@@ -266,8 +280,7 @@ async def _check_graph(admin: asyncpg.Connection, graph: str, writers: list[Soak
         )
     ]
     assert frontier_now == fold_frontier(nodes)
-    step = max(1, len(nodes) // FRONTIER_SAMPLES)
-    for seq in sorted({*range(step, len(nodes) + 1, step), len(nodes)}):
+    for seq in samples:
         at = [
             r[0]
             for r in await admin.fetch(

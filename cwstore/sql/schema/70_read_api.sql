@@ -104,11 +104,14 @@ COMMENT ON FUNCTION cwstore._at(bigint, bigint) IS
 --   partial index frontier_spans_current_idx): O(log n + h).
 CREATE FUNCTION cwstore._spans_at(p_graph_id bigint, p_seq bigint)
 RETURNS TABLE ("position" integer, seq bigint)
-LANGUAGE sql STABLE ROWS 4 AS $$
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+BEGIN
   -- The box test is the index condition (it implies the graph: boxes of different
   -- graphs are apart); the integer tests after it are exact whatever float8 rounding
   -- the boxes carry. The graph is named all the same: on Citus that sends the query
-  -- to the graph's one shard, not to every shard.
+  -- to the graph's one shard, not to every shard. (plpgsql: Citus plans no SQL
+  -- function that reads a distributed table with parameters.)
+  RETURN QUERY
   SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
     FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
            WHERE s.graph_id = p_graph_id
@@ -120,8 +123,8 @@ LANGUAGE sql STABLE ROWS 4 AS $$
           SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
            WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
              AND s.from_seq <= p_seq) x
-   ORDER BY x.from_seq, x.ord
-$$;
+   ORDER BY x.from_seq, x.ord;
+END $$;
 COMMENT ON FUNCTION cwstore._spans_at(bigint, bigint) IS
   'Private: frontier (position, seq) of a graph_id after node s as frontier_spans hold it (s at most the watermark).';
 
