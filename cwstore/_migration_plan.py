@@ -233,14 +233,7 @@ def statements(sql: str) -> list[str]:
             i = n if end < 0 else end + 1
             continue
         if c == "/" and sql.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if sql.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif sql.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
-                else:
-                    i += 1
+            i = _block_comment_end(sql, i)
             continue
         if c == ";":
             if code:
@@ -251,23 +244,9 @@ def statements(sql: str) -> list[str]:
             code = True
         word = i > 0 and (sql[i - 1].isalnum() or sql[i - 1] in "_$")
         if c == "'":
-            backslashes = (
-                word
-                and sql[i - 1] in "eE"
-                and not (i > 1 and (sql[i - 2].isalnum() or sql[i - 2] in "_$"))
-            )
-            i += 1
-            while i < n:
-                if (backslashes and sql[i] == "\\") or sql.startswith("''", i):
-                    i += 2
-                elif sql[i] == "'":
-                    break
-                else:
-                    i += 1
+            i = _string_end(sql, i, word)
         elif c == '"':
-            i += 1
-            while i < n and not (sql[i] == '"' and not sql.startswith('""', i)):
-                i += 2 if sql.startswith('""', i) else 1
+            i = _identifier_end(sql, i)
         elif c == "$" and not word and (tag := _DOLLAR_TAG.match(sql, i)):
             end = sql.find(tag.group(), tag.end())
             i = n if end < 0 else end + len(tag.group()) - 1
@@ -275,6 +254,51 @@ def statements(sql: str) -> list[str]:
     if code:
         out.append(sql[start:].strip())
     return out
+
+
+def _block_comment_end(sql: str, i: int) -> int:
+    """Past the ``/* */`` comment opening at ``i`` (comments nest), or the end of ``sql``."""
+    n = len(sql)
+    depth, i = 1, i + 2
+    while i < n and depth:
+        if sql.startswith("/*", i):
+            depth, i = depth + 1, i + 2
+        elif sql.startswith("*/", i):
+            depth, i = depth - 1, i + 2
+        else:
+            i += 1
+    return i
+
+
+def _string_end(sql: str, i: int, word: bool) -> int:
+    """The quote closing the string constant opening at ``i`` (or the end of ``sql``).
+
+    ``''`` is a quote inside it; so is ``\\'`` in an escape string (``E'…'``: the quote
+    follows an ``e`` that is a word of its own; ``word`` tells the quote follows a word
+    character)."""
+    n = len(sql)
+    backslashes = (
+        word and sql[i - 1] in "eE" and not (i > 1 and (sql[i - 2].isalnum() or sql[i - 2] in "_$"))
+    )
+    i += 1
+    while i < n:
+        if (backslashes and sql[i] == "\\") or sql.startswith("''", i):
+            i += 2
+        elif sql[i] == "'":
+            break
+        else:
+            i += 1
+    return i
+
+
+def _identifier_end(sql: str, i: int) -> int:
+    """The quote closing the quoted identifier opening at ``i`` (``""`` is a quote inside
+    it), or the end of ``sql``."""
+    n = len(sql)
+    i += 1
+    while i < n and not (sql[i] == '"' and not sql.startswith('""', i)):
+        i += 2 if sql.startswith('""', i) else 1
+    return i
 
 
 def _script(sql: str) -> LiteralString:

@@ -353,6 +353,81 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+class _Reports:
+    """The workers' reports, read off their queue into ``status`` (one per worker),
+    with what went wrong (``errors``) and which workers have ended (``finished``)."""
+
+    def __init__(self, procs: list[Any], report: Any, status: list[_Status], steps: int) -> None:
+        self.procs = procs
+        self.report = report
+        self.status = status
+        self.steps = steps
+        self.errors: list[str] = []
+        self.finished: set[int] = set()
+
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        kind, idx = msg[0], int(msg[1])
+        st = self.status[idx - 1]
+        if kind == "ready":
+            st.state = "ready"
+        elif kind == "progress":
+            st.step, st.nodes, st.conflicts = int(msg[2]), int(msg[3]), int(msg[4])
+            st.state = "running"
+        elif kind == "done":
+            st.nodes, st.conflicts, st.by_key = int(msg[2]), int(msg[3]), dict(msg[4])
+            st.step, st.state = self.steps, "done"
+            self.finished.add(idx)
+        elif kind == "error":
+            st.state = "failed"
+            self.errors.append(f"worker {idx}: {msg[2]}")
+            self.finished.add(idx)
+
+    def drain(self, timeout: float) -> None:
+        """Handle every report that arrives within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                msg = (
+                    self.report.get(timeout=max(left, 0.0))
+                    if left > 0
+                    else self.report.get_nowait()
+                )
+            except queue_mod.Empty:
+                return
+            self.handle(msg)
+
+    def check_dead(self) -> None:
+        """Count a worker that exited without a last report as failed."""
+        for i, p in enumerate(self.procs, 1):
+            if i not in self.finished and not p.is_alive():
+                self.drain(0.2)  # its last reports may still be in the pipe
+                if i not in self.finished:
+                    self.status[i - 1].state = "failed"
+                    self.errors.append(f"worker {i}: exited with code {p.exitcode}")
+                    self.finished.add(i)
+
+    def follow(self) -> None:
+        """One round: the reports of the next 0.1 s, then the workers that died."""
+        self.drain(0.1)
+        self.check_dead()
+
+    def all_ready(self) -> bool:
+        """Wait until every worker has connected (or failed); ``False`` when one failed
+        or they did not all connect in time (said in ``errors``)."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        n = len(self.procs)
+        while sum(1 for s in self.status if s.state in ("ready", "failed")) < n:
+            if time.monotonic() > deadline:
+                self.errors.append("workers did not start in time")
+                return False
+            self.follow()
+        return not self.errors
+
+    def running(self) -> bool:
+        return len(self.finished) < len(self.procs)
+
+
 def _collect(
     procs: list[Any],
     report: Any,
@@ -362,56 +437,10 @@ def _collect(
     console: Console,
 ) -> tuple[float, list[str]]:
     """Start the workers together, follow their reports until they all end."""
-    errors: list[str] = []
-    n = len(procs)
-    finished: set[int] = set()
-
-    def handle(msg: tuple[Any, ...]) -> None:
-        kind, idx = msg[0], int(msg[1])
-        st = status[idx - 1]
-        if kind == "ready":
-            st.state = "ready"
-        elif kind == "progress":
-            st.step, st.nodes, st.conflicts = int(msg[2]), int(msg[3]), int(msg[4])
-            st.state = "running"
-        elif kind == "done":
-            st.nodes, st.conflicts, st.by_key = int(msg[2]), int(msg[3]), dict(msg[4])
-            st.step, st.state = steps, "done"
-            finished.add(idx)
-        elif kind == "error":
-            st.state = "failed"
-            errors.append(f"worker {idx}: {msg[2]}")
-            finished.add(idx)
-
-    def drain(timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                msg = report.get(timeout=max(left, 0.0)) if left > 0 else report.get_nowait()
-            except queue_mod.Empty:
-                return
-            handle(msg)
-
-    def check_dead() -> None:
-        for i, p in enumerate(procs, 1):
-            if i not in finished and not p.is_alive():
-                drain(0.2)  # its last reports may still be in the pipe
-                if i not in finished:
-                    status[i - 1].state = "failed"
-                    errors.append(f"worker {i}: exited with code {p.exitcode}")
-                    finished.add(i)
-
+    reports = _Reports(procs, report, status, steps)
     # Wait until every worker has connected, so they really start together.
-    deadline = time.monotonic() + READY_TIMEOUT
-    while sum(1 for s in status if s.state in ("ready", "failed")) < n:
-        if time.monotonic() > deadline:
-            errors.append("workers did not start in time")
-            return 0.0, errors
-        drain(0.1)
-        check_dead()
-    if errors:
-        return 0.0, errors
+    if not reports.all_ready():
+        return 0.0, reports.errors
     go.set()
     t0 = time.monotonic()
 
@@ -419,24 +448,32 @@ def _collect(
         return time.monotonic() - t0
 
     if console.is_terminal:
-        with Live(
-            _progress_table(status, steps, 0.0), console=console, refresh_per_second=8
-        ) as live:
-            while len(finished) < n:
-                drain(0.1)
-                check_dead()
-                live.update(_progress_table(status, steps, elapsed()))
-            live.update(_progress_table(status, steps, elapsed()))
+        _follow_live(reports, console, elapsed)
     else:
-        next_line = 1.0
-        while len(finished) < n:
-            drain(0.1)
-            check_dead()
-            if elapsed() >= next_line:
-                console.print(_progress_line(status, elapsed()), markup=False, highlight=False)
-                next_line += 1.0
-        console.print(_progress_table(status, steps, elapsed()))
-    return elapsed(), errors
+        _follow_in_lines(reports, console, elapsed)
+    return elapsed(), reports.errors
+
+
+def _follow_live(reports: _Reports, console: Console, elapsed: Callable[[], float]) -> None:
+    """Follow the workers to their end in a table redrawn in place (a terminal)."""
+    status, steps = reports.status, reports.steps
+    with Live(_progress_table(status, steps, 0.0), console=console, refresh_per_second=8) as live:
+        while reports.running():
+            reports.follow()
+            live.update(_progress_table(status, steps, elapsed()))
+        live.update(_progress_table(status, steps, elapsed()))
+
+
+def _follow_in_lines(reports: _Reports, console: Console, elapsed: Callable[[], float]) -> None:
+    """Follow the workers to their end, a progress line a second, then the table (not a
+    terminal: a log keeps every line)."""
+    next_line = 1.0
+    while reports.running():
+        reports.follow()
+        if elapsed() >= next_line:
+            console.print(_progress_line(reports.status, elapsed()), markup=False, highlight=False)
+            next_line += 1.0
+    console.print(_progress_table(reports.status, reports.steps, elapsed()))
 
 
 def _print_sql(console: Console, title: str, query: LiteralString, conn: Connection) -> None:

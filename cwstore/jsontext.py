@@ -157,103 +157,128 @@ _LITERALS: dict[str, Any] = {
 
 def _loads_iterative(text: str) -> Any:
     """The same grammar as :func:`loads`, with an explicit stack instead of recursion."""
-
-    def fail(msg: str, pos: int) -> JSONTextError:
-        line, col = _line_col(text, pos)
-        return JSONTextError(msg, pos, line, col)
-
     n = len(text)
     # Each frame: [container, pending_key_or_None, pairs_list_for_objects]
     stack: list[list[Any]] = []
-    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
-    result: Any = None
+    pos = _skip_ws(text, 0)
     while True:
-        # Parse one value at pos.
-        if pos >= n:
-            raise fail("Expecting value", pos)
-        ch = text[pos]
-        value: Any
-        if ch == "{" or ch == "[":
-            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-            if ch == "{":
-                if pos < n and text[pos] == "}":
-                    value = {}
-                    pos += 1
-                else:
-                    if pos >= n or text[pos] != '"':
-                        raise fail("Expecting property name enclosed in double quotes", pos)
-                    key, pos = _scanstring(text, pos + 1, True)
-                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                    if pos >= n or text[pos] != ":":
-                        raise fail("Expecting ':' delimiter", pos)
-                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-                    stack.append(["{", key, []])
-                    continue
-            else:
-                if pos < n and text[pos] == "]":
-                    value = []
-                    pos += 1
-                else:
-                    stack.append(["[", None, []])
-                    continue
-        elif ch == '"':
-            value, pos = _scanstring(text, pos + 1, True)
-        else:
-            m = _NUMBER.match(text, pos)
-            if m is not None and m.end() > pos:
-                integer, frac, exp = m.groups()
-                if frac or exp:
-                    value = float(integer + (frac or "") + (exp or ""))
-                else:
-                    value = _parse_int(integer)
-                pos = m.end()
-            else:
-                for word, lit in _LITERALS.items():
-                    if text.startswith(word, pos):
-                        value = lit
-                        pos += len(word)
-                        break
-                else:
-                    raise fail("Expecting value", pos)
+        value, pos = _scan_value(text, pos, stack)
+        if value is _OPENED:
+            continue
         # Attach the value to its container, closing containers as they end.
-        while True:
-            if not stack:
-                end = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                if end != n:
-                    raise fail("Extra data", end)
-                result = value
-                return result
+        while stack:
             frame = stack[-1]
-            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            pos = _skip_ws(text, pos)
             if frame[0] == "{":
-                frame[2].append((frame[1], value))
-                if pos < n and text[pos] == ",":
-                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-                    if pos >= n or text[pos] != '"':
-                        raise fail("Expecting property name enclosed in double quotes", pos)
-                    key, pos = _scanstring(text, pos + 1, True)
-                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                    if pos >= n or text[pos] != ":":
-                        raise fail("Expecting ':' delimiter", pos)
-                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-                    frame[1] = key
-                    break
-                if pos < n and text[pos] == "}":
-                    stack.pop()
-                    value = _pairs(frame[2])
-                    pos += 1
-                    continue
-                raise fail("Expecting ',' delimiter", pos)
-            frame[2].append(value)
-            if pos < n and text[pos] == ",":
-                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                more, pos = _after_member(text, pos, frame, value)
+            else:
+                more, pos = _after_element(text, pos, frame, value)
+            if more:
                 break
-            if pos < n and text[pos] == "]":
-                stack.pop()
-                value = frame[2]
-                pos += 1
-                continue
-            raise fail("Expecting ',' delimiter", pos)
+            stack.pop()
+            value = _pairs(frame[2]) if frame[0] == "{" else frame[2]
+        else:
+            end = _skip_ws(text, pos)
+            if end != n:
+                raise _fail(text, "Extra data", end)
+            return value
+
+
+_OPENED: Any = object()
+"""What :func:`_scan_value` gives for a container it opened: its members come next."""
+
+
+def _fail(text: str, msg: str, pos: int) -> JSONTextError:
+    line, col = _line_col(text, pos)
+    return JSONTextError(msg, pos, line, col)
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    return _WS.match(text, pos).end()  # type: ignore[union-attr]
+
+
+def _scan_value(text: str, pos: int, stack: list[list[Any]]) -> tuple[Any, int]:
+    """The value at ``pos`` and the position after it; for a container that is not
+    empty, :data:`_OPENED` (its frame pushed on ``stack``) and the position of its first
+    member's value."""
+    if pos >= len(text):
+        raise _fail(text, "Expecting value", pos)
+    ch = text[pos]
+    if ch == "{":
+        return _open_object(text, pos, stack)
+    if ch == "[":
+        return _open_array(text, pos, stack)
+    if ch == '"':
+        return _scanstring(text, pos + 1, True)
+    return _scan_scalar(text, pos)
+
+
+def _open_object(text: str, pos: int, stack: list[list[Any]]) -> tuple[Any, int]:
+    pos = _skip_ws(text, pos + 1)
+    if pos < len(text) and text[pos] == "}":
+        return {}, pos + 1
+    key, pos = _scan_key(text, pos)
+    stack.append(["{", key, []])
+    return _OPENED, pos
+
+
+def _open_array(text: str, pos: int, stack: list[list[Any]]) -> tuple[Any, int]:
+    pos = _skip_ws(text, pos + 1)
+    if pos < len(text) and text[pos] == "]":
+        return [], pos + 1
+    stack.append(["[", None, []])
+    return _OPENED, pos
+
+
+def _scan_key(text: str, pos: int) -> tuple[str, int]:
+    """A member's key at ``pos`` and the position of its value (past the colon)."""
+    n = len(text)
+    if pos >= n or text[pos] != '"':
+        raise _fail(text, "Expecting property name enclosed in double quotes", pos)
+    key, pos = _scanstring(text, pos + 1, True)
+    pos = _skip_ws(text, pos)
+    if pos >= n or text[pos] != ":":
+        raise _fail(text, "Expecting ':' delimiter", pos)
+    return key, _skip_ws(text, pos + 1)
+
+
+def _scan_scalar(text: str, pos: int) -> tuple[Any, int]:
+    """A number or a literal (``null``, ``true``, ``NaN``, …) at ``pos``."""
+    m = _NUMBER.match(text, pos)
+    if m is not None and m.end() > pos:
+        integer, frac, exp = m.groups()
+        if frac or exp:
+            return float(integer + (frac or "") + (exp or "")), m.end()
+        return _parse_int(integer), m.end()
+    for word, lit in _LITERALS.items():
+        if text.startswith(word, pos):
+            return lit, pos + len(word)
+    raise _fail(text, "Expecting value", pos)
+
+
+def _after_member(text: str, pos: int, frame: list[Any], value: Any) -> tuple[bool, int]:
+    """Store ``value`` under the object's pending key; then either read the next key
+    (``True``, the position of its value) or close the object (``False``, past it)."""
+    frame[2].append((frame[1], value))
+    n = len(text)
+    if pos < n and text[pos] == ",":
+        frame[1], pos = _scan_key(text, _skip_ws(text, pos + 1))
+        return True, pos
+    if pos < n and text[pos] == "}":
+        return False, pos + 1
+    raise _fail(text, "Expecting ',' delimiter", pos)
+
+
+def _after_element(text: str, pos: int, frame: list[Any], value: Any) -> tuple[bool, int]:
+    """Append ``value`` to the array; then either a next element follows (``True``, its
+    position) or the array closes (``False``, past it)."""
+    frame[2].append(value)
+    n = len(text)
+    if pos < n and text[pos] == ",":
+        return True, _skip_ws(text, pos + 1)
+    if pos < n and text[pos] == "]":
+        return False, pos + 1
+    raise _fail(text, "Expecting ',' delimiter", pos)
 
 
 # --- numbers -----------------------------------------------------------------------
@@ -457,46 +482,74 @@ def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
             continue
         elif t is int:
             if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER and not _exact_double(v):
-                yield (
-                    "unrepresentable",
-                    p,
-                    f"integer {v} is beyond ±(2^53-1): JavaScript cannot hold it exactly",
-                )
-        elif t is float:
-            if not math.isfinite(v):
-                yield ("unrepresentable", p, f"{v} is not a finite number")
-        elif t is BadNumber:
-            yield ("unrepresentable", p, f"{v} is not a JSON number")
-        elif t is HugeInteger:
-            yield (
-                "unrepresentable",
-                p,
-                f"an integer of {len(v.lstrip('-'))} digits is beyond ±(2^53-1): "
-                "JavaScript cannot hold it exactly",
-            )
+                yield _unsafe_integer(v, p)
         elif isinstance(v, dict):
-            if depth >= MAX_DEPTH:
-                yield ("unrepresentable", p, f"nesting deeper than {MAX_DEPTH} levels")
-                continue
-            dups = getattr(v, "duplicates", None)
-            if dups:
-                yield ("shape", p, f"object repeats key(s) {', '.join(map(repr, dups))}")
-            items = list(v.items())
-            for k, item in reversed(items):
-                if not isinstance(k, str):
-                    yield ("shape", p, f"object key {k!r} is not a string")
-                    continue
-                kp = path_key(p, k)
-                if _bad_string(k):
-                    yield ("unrepresentable", kp, "key holds a lone surrogate")
-                stack.append((item, kp, depth + 1))
+            yield from _object_problems(v, p, depth, stack)
         elif t is list or t is tuple:
             if depth >= MAX_DEPTH:
-                yield ("unrepresentable", p, f"nesting deeper than {MAX_DEPTH} levels")
+                yield _too_deep(p)
                 continue
             for i in range(len(v) - 1, -1, -1):
                 stack.append((v[i], f"{p}[{i}]", depth + 1))
-        elif isinstance(v, int | float | str):  # subclasses (e.g. IntEnum) are not JSON
-            yield ("shape", p, f"{type(v).__name__} is not a plain JSON value")
         else:
-            yield ("shape", p, f"{type(v).__name__} is not a JSON value")
+            found = _scalar_problem(v, p)
+            if found is not None:
+                yield found
+
+
+def _unsafe_integer(v: int, p: str) -> tuple[str, str, str]:
+    return (
+        "unrepresentable",
+        p,
+        f"integer {v} is beyond ±(2^53-1): JavaScript cannot hold it exactly",
+    )
+
+
+def _too_deep(p: str) -> tuple[str, str, str]:
+    return ("unrepresentable", p, f"nesting deeper than {MAX_DEPTH} levels")
+
+
+def _object_problems(
+    v: dict[Any, Any], p: str, depth: int, stack: list[tuple[Any, str, int]]
+) -> list[tuple[str, str, str]]:
+    """What is wrong with the object ``v`` itself (its depth, repeated keys, keys that
+    are not strings or hold a lone surrogate); its members are pushed on ``stack``
+    (first member on top) for :func:`problems` to check."""
+    if depth >= MAX_DEPTH:
+        return [_too_deep(p)]
+    found: list[tuple[str, str, str]] = []
+    dups = getattr(v, "duplicates", None)
+    if dups:
+        found.append(("shape", p, f"object repeats key(s) {', '.join(map(repr, dups))}"))
+    items = list(v.items())
+    for k, item in reversed(items):
+        if not isinstance(k, str):
+            found.append(("shape", p, f"object key {k!r} is not a string"))
+            continue
+        kp = path_key(p, k)
+        if _bad_string(k):
+            found.append(("unrepresentable", kp, "key holds a lone surrogate"))
+        stack.append((item, kp, depth + 1))
+    return found
+
+
+def _scalar_problem(v: Any, p: str) -> tuple[str, str, str] | None:
+    """What is wrong with a value that is neither a string, a boolean, null, an int, an
+    object nor an array (a float, a number JSON cannot hold, a value that is not JSON)."""
+    t = type(v)
+    if t is float:
+        if not math.isfinite(v):
+            return ("unrepresentable", p, f"{v} is not a finite number")
+        return None
+    if t is BadNumber:
+        return ("unrepresentable", p, f"{v} is not a JSON number")
+    if t is HugeInteger:
+        return (
+            "unrepresentable",
+            p,
+            f"an integer of {len(v.lstrip('-'))} digits is beyond ±(2^53-1): "
+            "JavaScript cannot hold it exactly",
+        )
+    if isinstance(v, int | float | str):  # subclasses (e.g. IntEnum) are not JSON
+        return ("shape", p, f"{type(v).__name__} is not a plain JSON value")
+    return ("shape", p, f"{type(v).__name__} is not a JSON value")

@@ -241,19 +241,49 @@ class _Converter:
     def visit(self, node: ast.AST) -> set[int]:
         """Record the edits ``node`` itself needs; the ids of constants it handled."""
         match node:
+            case ast.Assign(targets=[ast.Name(id="__all__")], value=ast.List() | ast.Tuple()):
+                assert isinstance(node.value, ast.List | ast.Tuple)
+                for entry in node.value.elts:
+                    self.all_entry(entry)
+                return {id(e) for e in node.value.elts}
+            case ast.JoinedStr():
+                parts = [v for v in node.values if isinstance(v, ast.Constant)]
+                for part in parts:
+                    if self.string(str(part.value)) != part.value:
+                        raise self.fail("an f-string with a name to map")
+                return {id(p) for p in parts}
+            case ast.Constant(value=str()):
+                self.constant(node)
+            case _:
+                if not (self.unasync(node) or self.rename_names(node)):
+                    self.check_identifiers(node)
+        return set()
+
+    def unasync(self, node: ast.AST) -> bool:
+        """Drop the ``async`` or ``await`` of ``node`` (renaming an async function too);
+        ``False`` when ``node`` has none."""
+        match node:
             case ast.AsyncFunctionDef():
                 self.drop(node, "async")
                 self.rename_after(node, r"async[ \t]+def[ \t]+(\w+)", node.name)
-            case ast.FunctionDef():
-                self.rename_after(node, r"def[ \t]+(\w+)", node.name)
-            case ast.ClassDef():
-                self.rename_after(node, r"class[ \t]+(\w+)", node.name)
             case ast.AsyncWith() | ast.AsyncFor():
                 self.drop(node, "async")
             case ast.Await():
                 self.drop(node, "await")
             case ast.comprehension(is_async=1):
                 raise self.fail("an async comprehension has no sync form here")
+            case _:
+                return False
+        return True
+
+    def rename_names(self, node: ast.AST) -> bool:
+        """Rename the names ``node`` defines or uses (a def, a class, a name, an
+        attribute, an argument, a keyword, an import); ``False`` when it is none of them."""
+        match node:
+            case ast.FunctionDef():
+                self.rename_after(node, r"def[ \t]+(\w+)", node.name)
+            case ast.ClassDef():
+                self.rename_after(node, r"class[ \t]+(\w+)", node.name)
             case ast.Name():
                 self.rename(node.lineno, node.col_offset, node.id)
             case ast.Attribute():
@@ -270,22 +300,9 @@ class _Converter:
                     self.rename(node.end_lineno or node.lineno, end - len(node.asname), node.asname)
             case ast.ImportFrom(module=str(module)):
                 self.rename_after(node, r"from[ \t]+\.*[ \t]*([\w.]+)", module)
-            case ast.Assign(targets=[ast.Name(id="__all__")], value=ast.List() | ast.Tuple()):
-                assert isinstance(node.value, ast.List | ast.Tuple)
-                for entry in node.value.elts:
-                    self.all_entry(entry)
-                return {id(e) for e in node.value.elts}
-            case ast.JoinedStr():
-                parts = [v for v in node.values if isinstance(v, ast.Constant)]
-                for part in parts:
-                    if self.string(str(part.value)) != part.value:
-                        raise self.fail("an f-string with a name to map")
-                return {id(p) for p in parts}
-            case ast.Constant(value=str()):
-                self.constant(node)
             case _:
-                self.check_identifiers(node)
-        return set()
+                return False
+        return True
 
     def check_identifiers(self, node: ast.AST) -> None:
         """Names where :meth:`visit` renames nothing (``global``, ``except ... as``,

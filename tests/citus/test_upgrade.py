@@ -20,11 +20,10 @@ from contextlib import AbstractContextManager as ContextManager
 
 import psycopg
 import pytest
+from support.nodes import T0
 
 import cwstore
 from cwstore._sql import Migration, migrations
-
-T0 = "2026-12-02T08:43:04.123Z"
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("CWSTORE_TEST_CITUS_DSN"),

@@ -25,13 +25,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.nodes import node
 from support.tenants import (
     TENANT_A,
     TENANT_B,
     ChangingHands,
     Roles,
     in_thread,
-    node,
     rejoin,
     tenant_roles,
     waiting_on_lock,

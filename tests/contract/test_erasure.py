@@ -50,11 +50,11 @@ import pytest
 from psycopg import sql
 from support import GRAPH_TABLES
 from support.documents import GraphBuilder
+from support.nodes import node
 from support.stores import dsn_as
 
 import cwstore
-from cwstore import compute_id, jsontext, roles
-from cwstore.document import sort_parents
+from cwstore import jsontext, roles
 from cwstore.drivers.psycopg import PsycopgConnection
 
 ON_CITUS = bool(os.environ.get("CWSTORE_TEST_CITUS_DSN"))
@@ -68,7 +68,6 @@ OWN_DB_WITH_ROLES = pytest.mark.skipif(
 MAX_SEQ = 2**63 - 1
 """The seq of an erasure event in the all-graphs feed."""
 
-T0 = "2026-12-02T08:43:04.123Z"
 ERASE = "SELECT cwstore.erase_graph_v1(%s, %s)"
 VECTOR = json.loads(
     (Path(__file__).resolve().parents[1] / "vectors" / "graph_key_collision.json").read_text(
@@ -83,23 +82,6 @@ COLLIDING: tuple[str, str] = (VECTOR["names"][0], VECTOR["names"][1])
 
 def new_graph(prefix: str = "er") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def node(
-    kind: str, payload: Any, parents: Sequence[str] = (), key: str | None = None
-) -> dict[str, Any]:
-    """A runtime node with its id computed here."""
-    ps = sort_parents(list(parents))
-    out: dict[str, Any] = {
-        "id": compute_id(kind, ps, payload, key),
-        "kind": kind,
-        "parents": ps,
-        "payload": payload,
-        "createdAt": T0,
-    }
-    if key is not None:
-        out["resourceKey"] = key
-    return out
 
 
 def append_sql(conn: psycopg.Connection[Any], graph: str, nodes: list[dict[str, Any]]) -> list[int]:

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from support.documents import GraphBuilder
+from support.nodes import T0, node
 
 import cwstore
 from cwstore import (
@@ -34,7 +35,6 @@ from cwstore import (
 )
 from cwstore.document import sort_parents
 
-T0 = "2026-12-02T08:43:04.123Z"
 EMPTY_STATE: dict[str, Any] = {"version": 1, "nodes": [], "frontier": []}
 MISSING = "cw_" + "a" * 24
 
@@ -44,25 +44,6 @@ MISSING = "cw_" + "a" * 24
 
 def new_graph(prefix: str = "g") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def node(
-    kind: str,
-    payload: Any,
-    parents: list[str] | tuple[str, ...] = (),
-    *,
-    key: str | None = None,
-    created_at: str = T0,
-    with_id: bool = True,
-) -> dict[str, Any]:
-    """A runtime node; with ``with_id`` its id is computed here (parents sorted)."""
-    ps = sort_parents(parents)
-    out: dict[str, Any] = {"kind": kind, "parents": ps, "payload": payload, "createdAt": created_at}
-    if key is not None:
-        out["resourceKey"] = key
-    if with_id:
-        out = {"id": compute_id(kind, ps, payload, key), **out}
-    return out
 
 
 def semantic(

@@ -19,33 +19,17 @@ from typing import Any
 
 import asyncpg
 import pytest
+from support.nodes import node
 
 import cwstore
 from cwstore import ChainConflictError, ConflictError, compute_id, fold_frontier, jsontext
 from cwstore._store_base import prepare_batch
-from cwstore.document import resource_heads, sort_parents
+from cwstore.document import resource_heads
 
 INFINITY = 9223372036854775807
 PER_WRITER = 30
 ASYNC_WRITERS = 8
 PROCESS_WRITERS = 4
-T0 = "2026-12-02T08:43:04.123Z"
-
-
-def _node(
-    kind: str, payload: Any, parents: list[str] | tuple[str, ...] = (), key: str | None = None
-) -> dict[str, Any]:
-    ps = sort_parents(parents)
-    out: dict[str, Any] = {
-        "id": compute_id(kind, ps, payload, key),
-        "kind": kind,
-        "parents": ps,
-        "payload": payload,
-        "createdAt": T0,
-    }
-    if key is not None:
-        out["resourceKey"] = key
-    return out
 
 
 class Writer:
@@ -65,22 +49,22 @@ class Writer:
         own = self.rng.choice(self.mine) if self.mine else None
         roll = self.rng.random()
         if own is None or roll < 0.2:
-            return _node("goal", {"text": "task", **tag})
+            return node("goal", {"text": "task", **tag})
         if roll < 0.3:
-            return _node("system", {"contract": "parentless", **tag})
+            return node("system", {"contract": "parentless", **tag})
         if roll < 0.45:
             key = f"semantic:memory:{self.name}.note"
             payload = {"type": "memory", "key": f"{self.name}.note", "content": tag}
             head = self.heads.get(key)
-            return _node("semantic", payload, [head] if head else [own], key)
+            return node("semantic", payload, [head] if head else [own], key)
         if roll < 0.6:
             key = f"files/{self.name}.txt"
             head = self.heads.get(key)
-            return _node("resource", {"content": tag}, [own] + ([head] if head else []), key)
+            return node("resource", {"content": tag}, [own] + ([head] if head else []), key)
         if roll < 0.8:
             second = self.rng.choice(self.mine)
-            return _node("inference", tag, [own, second])
-        return _node("tool_call", {"name": "run", "args": tag}, [own])
+            return node("inference", tag, [own, second])
+        return node("tool_call", {"name": "run", "args": tag}, [own])
 
     def stored(self, node: dict[str, Any]) -> None:
         self.mine.append(node["id"])
@@ -159,7 +143,7 @@ async def test_many_writers_on_one_graph(db_dsn: str) -> None:
     admin = await asyncpg.connect(db_dsn)
     try:
         graph_id = await _graph_id(admin, graph)
-        root = _node("system", "shared contract")
+        root = node("system", "shared contract")
         seed_store = await cwstore.connect(db_dsn, min_size=1, max_size=1)
         await seed_store.append(graph, [root])
 
@@ -430,13 +414,13 @@ async def _close(stores: list[Any]) -> None:
 
 def _versioned(kind: str, key_name: str, content: str, parents: list[str]) -> dict[str, Any]:
     if kind == "semantic":
-        return _node(
+        return node(
             "semantic",
             {"type": "memory", "key": key_name, "content": content},
             parents,
             f"semantic:memory:{key_name}",
         )
-    return _node("resource", {"content": content}, parents, key_name)
+    return node("resource", {"content": content}, parents, key_name)
 
 
 def _key(kind: str, key_name: str) -> str:
@@ -478,7 +462,7 @@ async def test_same_key_from_the_same_head_one_wins(db_dsn: str, kind: str) -> N
     graph = f"race-{uuid.uuid4().hex[:10]}"
     stores = await _racers(db_dsn)
     try:
-        base = _node("goal", "shared work")
+        base = node("goal", "shared work")
         v1 = _versioned(kind, "shared.doc", "v1", [base["id"]])
         await _append(stores[0], graph, [base, v1])
         key = _key(kind, "shared.doc")
@@ -515,7 +499,7 @@ async def test_brand_new_key_one_wins(db_dsn: str, kind: str) -> None:
     graph = f"race-{uuid.uuid4().hex[:10]}"
     stores = await _racers(db_dsn)
     try:
-        base = _node("goal", "shared work")
+        base = node("goal", "shared work")
         await _append(stores[0], graph, [base])
         key = _key(kind, "fresh.key")
 
@@ -545,7 +529,7 @@ async def test_writers_on_distinct_keys_all_win(db_dsn: str) -> None:
     graph = f"race-{uuid.uuid4().hex[:10]}"
     stores = await _racers(db_dsn)
     try:
-        base = _node("goal", "shared work")
+        base = node("goal", "shared work")
         firsts = [
             _versioned("semantic" if i % 2 else "resource", f"own.{i}", "v1", [base["id"]])
             for i in range(RACERS)
@@ -584,10 +568,10 @@ async def test_an_open_transaction_on_one_graph_does_not_block_another(db_dsn: s
     holder = await asyncpg.connect(db_dsn)
     probe = await asyncpg.connect(db_dsn)
     try:
-        await store.append(a, [_node("goal", "a0")])
-        await store.append(b, [_node("goal", "b0")])
+        await store.append(a, [node("goal", "a0")])
+        await store.append(b, [node("goal", "b0")])
 
-        held = _node("goal", "a1, never committed")
+        held = node("goal", "a1, never committed")
         await holder.execute("BEGIN")
         rows = await holder.fetch(
             "SELECT * FROM cwstore.append_v1($1, $2::json)", a, prepare_batch([held]).json
@@ -600,15 +584,15 @@ async def test_an_open_transaction_on_one_graph_does_not_block_another(db_dsn: s
             await probe.fetch(
                 "SELECT * FROM cwstore.append_v1($1, $2::json)",
                 a,
-                prepare_batch([_node("goal", "a2")]).json,
+                prepare_batch([node("goal", "a2")]).json,
             )
 
         began = time.monotonic()
-        out = await asyncio.wait_for(store.append(b, [_node("goal", "b1")]), 3)
+        out = await asyncio.wait_for(store.append(b, [node("goal", "b1")]), 3)
         assert out[0].sequence == 2
         # A graph created on first use meanwhile, and a reader of A.
         c = f"new-{uuid.uuid4().hex[:10]}"
-        out = await asyncio.wait_for(store.append(c, [_node("goal", "c0")]), 3)
+        out = await asyncio.wait_for(store.append(c, [node("goal", "c0")]), 3)
         assert out[0].sequence == 1
         state = await asyncio.wait_for(store.replay(a), 3)
         assert [n.sequence for n in state.nodes] == [1]
@@ -617,7 +601,7 @@ async def test_an_open_transaction_on_one_graph_does_not_block_another(db_dsn: s
 
         await holder.execute("ROLLBACK")
         assert await store.length(a) == 1
-        out = await asyncio.wait_for(store.append(a, [_node("goal", "a2 after rollback")]), 3)
+        out = await asyncio.wait_for(store.append(a, [node("goal", "a2 after rollback")]), 3)
         assert out[0].sequence == 2
     finally:
         await holder.close()

@@ -17,25 +17,13 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
+from support.nodes import node
 
 import cwstore
-from cwstore import Cursor, TailItem, compute_id
+from cwstore import Cursor, TailItem
 from cwstore._store_base import prepare_batch
-from cwstore.document import sort_parents
 
-T0 = "2026-12-02T08:43:04.123Z"
 WAIT = 60.0
-
-
-def _node(kind: str, payload: Any, parents: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    ps = sort_parents(parents)
-    return {
-        "id": compute_id(kind, ps, payload),
-        "kind": kind,
-        "parents": ps,
-        "payload": payload,
-        "createdAt": T0,
-    }
 
 
 def _name(prefix: str) -> str:
@@ -110,7 +98,7 @@ async def _writers(
             size = min(1 + step % 3, per_writer - step)
             batch = []
             for _ in range(size):
-                n = _node("inference", {"writer": i, "step": step}, [last])
+                n = node("inference", {"writer": i, "step": step}, [last])
                 batch.append(n)
                 last = n["id"]
                 step += 1
@@ -134,7 +122,7 @@ async def test_tail_started_before_writers_sees_every_node_once_in_order(
     db_dsn: str, astore: cwstore.AsyncStore
 ) -> None:
     graph = _name("tail")
-    root = _node("goal", "root")
+    root = node("goal", "root")
     await astore.append(graph, [root])
     feed = Collector(astore.tail(graph, after=0))
     try:
@@ -156,14 +144,14 @@ async def test_tail_started_before_writers_sees_every_node_once_in_order(
 
 async def test_tail_after_n_starts_after_n(astore: cwstore.AsyncStore) -> None:
     graph = _name("tail")
-    nodes = [_node("goal", f"g{i}") for i in range(6)]
+    nodes = [node("goal", f"g{i}") for i in range(6)]
     await astore.append(graph, nodes)
     feed = Collector(astore.tail(graph, after=4))
     try:
         await feed.until(lambda items: len(items) >= 2)
         assert [n.sequence for n in feed.items] == [5, 6]
         assert [n.id for n in feed.items] == [nodes[4]["id"], nodes[5]["id"]]
-        await astore.append(graph, [_node("goal", "g6")])
+        await astore.append(graph, [node("goal", "g6")])
         await feed.until(lambda items: len(items) >= 3)
         assert [n.sequence for n in feed.items] == [5, 6, 7]
     finally:
@@ -174,7 +162,7 @@ async def test_tail_after_n_starts_after_n(astore: cwstore.AsyncStore) -> None:
     try:
         await asyncio.sleep(0.3)
         assert feed.items == []
-        await astore.append(graph, [_node("goal", "g7")])
+        await astore.append(graph, [node("goal", "g7")])
         await feed.until(lambda items: len(items) >= 1)
         assert [n.sequence for n in feed.items] == [8]
     finally:
@@ -183,7 +171,7 @@ async def test_tail_after_n_starts_after_n(astore: cwstore.AsyncStore) -> None:
 
 async def test_tail_refuses_bad_after(astore: cwstore.AsyncStore) -> None:
     graph = _name("tail")
-    await astore.append(graph, [_node("goal", "x")])
+    await astore.append(graph, [node("goal", "x")])
     for bad in (-1, "3", True):
         with pytest.raises(cwstore.InputError):
             await asyncio.wait_for(anext(aiter(astore.tail(graph, after=bad))), 5)  # type: ignore[arg-type]
@@ -193,7 +181,7 @@ async def test_tail_refuses_bad_after(astore: cwstore.AsyncStore) -> None:
 
 async def test_sync_tail_in_a_thread(db_dsn: str, astore: cwstore.AsyncStore) -> None:
     graph = _name("synctail")
-    root = _node("goal", "root")
+    root = node("goal", "root")
     await astore.append(graph, [root])
     sync = await asyncio.to_thread(
         cwstore.connect_sync, db_dsn, min_size=1, max_size=1, migrate_schema=False
@@ -266,7 +254,7 @@ async def test_tail_all_waits_for_open_transactions_and_resumes(
 ) -> None:
     x, y, z = _name("x"), _name("y"), _name("z")
     for g in (x, y, z):
-        await astore.append(g, [_node("goal", f"start of {g}")])
+        await astore.append(g, [node("goal", f"start of {g}")])
     admin = await asyncpg.connect(db_dsn)
     holder = await asyncpg.connect(db_dsn)
     feed = Collector(astore.tail_all(after=None))
@@ -274,7 +262,7 @@ async def test_tail_all_waits_for_open_transactions_and_resumes(
         # Following: the first node of each of our graphs has come through.
         await feed.until(lambda items: {x, y, z} <= {i.graph for i in items})
 
-        held = _node("goal", "x1, committed late")
+        held = node("goal", "x1, committed late")
         await holder.execute("BEGIN")
         await holder.fetch(
             "SELECT * FROM cwstore.append_v1($1, $2::json)", x, prepare_batch([held]).json
@@ -284,8 +272,8 @@ async def test_tail_all_waits_for_open_transactions_and_resumes(
 
         # Others commit meanwhile, on Y and Z.
         for i in range(3):
-            await astore.append(y, [_node("goal", f"y{i}")])
-            await astore.append(z, [_node("goal", f"z{i}")])
+            await astore.append(y, [node("goal", f"y{i}")])
+            await astore.append(z, [node("goal", f"z{i}")])
         await asyncio.sleep(2.5)  # more than the feed's poll interval, after NOTIFYs
         late = feed.items[delivered_before:]
         assert not any(i.graph == x and i.node.sequence == 2 for i in feed.items), (
@@ -348,7 +336,7 @@ async def test_tail_all_waits_for_open_transactions_and_resumes(
         try:
             await asyncio.sleep(0.3)
             assert rest.items == []
-            await astore.append(z, [_node("goal", "z after resume")])
+            await astore.append(z, [node("goal", "z after resume")])
             await rest.until(lambda got: len(got) >= 1)
             assert _key(rest.items[0]) == (z, 5)
             assert rest.items[0].cursor > items[-1].cursor
@@ -362,7 +350,7 @@ async def test_tail_all_under_concurrent_writers_and_rollbacks(
     db_dsn: str, astore: cwstore.AsyncStore
 ) -> None:
     graphs = [_name(f"busy{i}") for i in range(3)]
-    roots = {g: _node("goal", f"root of {g}") for g in graphs}
+    roots = {g: node("goal", f"root of {g}") for g in graphs}
     for g in graphs:
         await astore.append(g, [roots[g]])
     admin = await asyncpg.connect(db_dsn)
@@ -383,7 +371,7 @@ async def test_tail_all_under_concurrent_writers_and_rollbacks(
             for step in range(24):
                 g = graphs[(i + step) % 3]
                 if step % 6 == 5:
-                    n = _node("inference", {"doomed": i, "step": step}, [roots[g]["id"]])
+                    n = node("inference", {"doomed": i, "step": step}, [roots[g]["id"]])
                     await raws[i].execute("BEGIN")
                     try:
                         await raws[i].fetch(
@@ -396,7 +384,7 @@ async def test_tail_all_under_concurrent_writers_and_rollbacks(
                     finally:
                         await raws[i].execute("ROLLBACK")
                 batch = [
-                    _node("inference", {"writer": i, "step": step, "k": k}, [roots[g]["id"]])
+                    node("inference", {"writer": i, "step": step, "k": k}, [roots[g]["id"]])
                     for k in range(1 + step % 2)
                 ]
                 await stores[i].append(g, batch)
@@ -437,16 +425,16 @@ async def test_tail_all_delivers_a_graph_in_sequence_order(
     take its id early (an earlier write, or waiting for the graph's lock) and append
     after a younger one committed."""
     graph = _name("order")
-    root = _node("goal", "root")
+    root = node("goal", "root")
     await astore.append(graph, [root])
     early = await asyncpg.connect(db_dsn)
     feed: Collector | None = None
     try:
         await early.execute("BEGIN")
         await early.fetchval("SELECT pg_current_xact_id()")  # take an xid early
-        parent = _node("inference", "parent", [root["id"]])
+        parent = node("inference", "parent", [root["id"]])
         await astore.append(graph, [parent])  # a younger transaction, committed: seq 2
-        child = _node("inference", "child", [parent["id"]])
+        child = node("inference", "child", [parent["id"]])
         rows = await early.fetch(
             "SELECT * FROM cwstore.append_v1($1, $2::json)", graph, prepare_batch([child]).json
         )
@@ -473,7 +461,7 @@ async def test_tail_all_refuses_a_malformed_cursor(astore: cwstore.AsyncStore) -
 
 async def test_sync_tail_all_resumes(db_dsn: str, astore: cwstore.AsyncStore) -> None:
     graph = _name("syncall")
-    await astore.append(graph, [_node("goal", f"n{i}") for i in range(3)])
+    await astore.append(graph, [node("goal", f"n{i}") for i in range(3)])
     sync = await asyncio.to_thread(
         cwstore.connect_sync, db_dsn, min_size=1, max_size=1, migrate_schema=False
     )
@@ -520,7 +508,7 @@ async def test_a_tail_cancelled_by_a_cancel_scope_closes_its_connection(
     """anyio's cancellation repeats at every await inside the scope, the cleanup's too:
     the listener connection must still be closed (not left to the garbage collector)."""
     graph = _name("cancel")
-    await astore.append(graph, [_node("goal", "x")])
+    await astore.append(graph, [node("goal", "x")])
     before = await _backends(db_dsn)
     held: list[Any] = []
     for _ in range(5):

@@ -13,20 +13,16 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
+from support.nodes import step_node
 
 import cwstore
 from cwstore.drivers.psycopg import PsycopgConnection
 
 WORKERS = 6
 STEPS = 12
-
-
-def _node(k: int, heads: list[str]) -> dict[str, Any]:
-    return {"kind": "goal", "parents": heads, "payload": f"step {k}"}
 
 
 async def test_async_workers_share_a_pool_through_the_pooler(pooled_dsn: str) -> None:
@@ -37,7 +33,7 @@ async def test_async_workers_share_a_pool_through_the_pooler(pooled_dsn: str) ->
         graph = f"{prefix}-a{i}"
         for k in range(STEPS):
             heads = await store.frontier(graph) if k else []
-            await store.append(graph, [_node(k, heads)], expected_length=k)
+            await store.append(graph, [step_node(k, heads)], expected_length=k)
             assert (await store.project(graph)).length == k + 1
 
     try:
@@ -58,7 +54,7 @@ def test_sync_threads_share_a_pool_through_the_pooler(pooled_dsn: str) -> None:
         try:
             for k in range(STEPS):
                 heads = store.frontier(graph) if k else []
-                store.append(graph, [_node(k, heads)], expected_length=k)
+                store.append(graph, [step_node(k, heads)], expected_length=k)
                 assert store.project(graph).length == k + 1
         except BaseException as exc:
             errors.append(exc)
@@ -104,7 +100,7 @@ async def test_the_tenant_stays_with_its_store_through_the_pooler(
             )
             try:
                 for k in range(8):
-                    await store.append(f"{prefix}-{tenant}-{k}", [_node(0, [])])
+                    await store.append(f"{prefix}-{tenant}-{k}", [step_node(0, [])])
             finally:
                 await store.close()
         else:
@@ -114,7 +110,7 @@ async def test_the_tenant_stays_with_its_store_through_the_pooler(
                     pooled_dsn, max_size=3, tenant=tenant, pooler="transaction"
                 ) as store:
                     for k in range(8):
-                        store.append(f"{prefix}-{tenant}-{k}", [_node(0, [])])
+                        store.append(f"{prefix}-{tenant}-{k}", [step_node(0, [])])
 
             await asyncio.to_thread(sync)
 
@@ -137,11 +133,11 @@ async def test_tail_through_the_pooler_polls_and_delivers_every_node_once(
     graph = f"t-{uuid.uuid4().hex[:8]}"
     count = 30
     writer = await cwstore.connect(pooled_dsn, max_size=2, pooler="transaction")
-    await writer.append(graph, [_node(0, [])])
+    await writer.append(graph, [step_node(0, [])])
 
     async def write() -> None:
         for k in range(1, count):
-            await writer.append(graph, [_node(k, await writer.frontier(graph))])
+            await writer.append(graph, [step_node(k, await writer.frontier(graph))])
             await asyncio.sleep(0.01)
 
     def listeners() -> int:

@@ -21,7 +21,8 @@ from typing import Any
 import asyncpg
 import psycopg
 import pytest
-from support.reliability import CLIENTS, T0, Client, assert_graph, chain, document
+from support.nodes import T0
+from support.reliability import CLIENTS, Client, assert_graph, chain, document
 
 import cwstore
 from cwstore import compute_id, fold_frontier, jsontext

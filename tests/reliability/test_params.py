@@ -19,7 +19,8 @@ import asyncpg
 import pytest
 from support import GRAPH_TABLES
 from support.documents import EXAMPLE_FRONTIER, example_turn
-from support.reliability import CLIENTS, T0, Client, assert_graph
+from support.nodes import T0
+from support.reliability import CLIENTS, Client, assert_graph
 
 import cwstore
 from cwstore import compute_id, jsontext

@@ -26,12 +26,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from support.reliability import INFINITY_SEQ, T0, pids_of, terminate, with_params
+from support.nodes import node
+from support.reliability import INFINITY_SEQ, pids_of, terminate, with_params
 
 import cwstore
-from cwstore import compute_id, fold_frontier, jsontext
+from cwstore import fold_frontier, jsontext
 from cwstore._store_base import prepare_batch
-from cwstore.document import resource_heads, sort_parents
+from cwstore.document import resource_heads
 
 WRITERS = int(os.environ.get("CWSTORE_SOAK_WRITERS", "16"))
 SECONDS = float(os.environ.get("CWSTORE_SOAK_SECONDS", "5"))
@@ -46,22 +47,6 @@ _RAW_ERRORS = (
     OSError,
     ConnectionError,
 )
-
-
-def _node(
-    kind: str, payload: Any, parents: list[str] | tuple[str, ...] = (), key: str | None = None
-) -> dict[str, Any]:
-    ps = sort_parents(parents)
-    out: dict[str, Any] = {
-        "id": compute_id(kind, ps, payload, key),
-        "kind": kind,
-        "parents": ps,
-        "payload": payload,
-        "createdAt": T0,
-    }
-    if key is not None:
-        out["resourceKey"] = key
-    return out
 
 
 @dataclass
@@ -86,22 +71,22 @@ class SoakWriter:
         own = self.rng.choice(self.mine[-20:]) if self.mine else None
         roll = self.rng.random()
         if marker != "ok" or own is None or roll < 0.15:
-            return _node("goal", {"text": "task", **tag}, [own] if own else [])
+            return node("goal", {"text": "task", **tag}, [own] if own else [])
         if roll < 0.25:
-            return _node("system", {"contract": "parentless", **tag})
+            return node("system", {"contract": "parentless", **tag})
         if roll < 0.4:
             skey = f"w{self.index}.note"
             key = f"semantic:memory:{skey}"
             head = self.heads.get(key)
             payload = {"type": "memory", "key": skey, "content": tag}
-            return _node("semantic", payload, [head] if head else [own], key)
+            return node("semantic", payload, [head] if head else [own], key)
         if roll < 0.55:
             key = f"files/w{self.index}.txt"
             head = self.heads.get(key)
-            return _node("resource", {"content": tag}, [own] + ([head] if head else []), key)
+            return node("resource", {"content": tag}, [own] + ([head] if head else []), key)
         if roll < 0.8:
-            return _node("inference", tag, list({own, self.rng.choice(self.mine)}))
-        return _node("tool_call", {"name": "run", "args": tag}, [own])
+            return node("inference", tag, list({own, self.rng.choice(self.mine)}))
+        return node("tool_call", {"name": "run", "args": tag}, [own])
 
     def stored(self, node: dict[str, Any], seq: int) -> None:
         self.acked.append((node["id"], seq))

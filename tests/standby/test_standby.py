@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, cast
 
 import pytest
+from support.nodes import step_node
 from support.replica import caught_up
 from support.stores import ThreadedStore
 
@@ -51,17 +52,10 @@ async def writer(db_dsn: str) -> AsyncIterator[cwstore.AsyncStore]:
         await store.close()
 
 
-def _node(k: int, heads: list[str], key: str | None = None) -> dict[str, Any]:
-    node: dict[str, Any] = {"kind": "goal", "parents": heads, "payload": f"step {k}"}
-    if key is not None:
-        node = {"kind": "resource", "parents": heads, "payload": {"v": k}, "resourceKey": key}
-    return node
-
-
 async def _write(writer: cwstore.AsyncStore, graph: str, first: int, last: int) -> None:
     for k in range(first, last):
         heads = await writer.frontier(graph) if k else []
-        await writer.append(graph, [_node(k, heads, "f.txt" if k == 0 else None)])
+        await writer.append(graph, [step_node(k, heads, "f.txt" if k == 0 else None)])
         await asyncio.sleep(0.01)
 
 
@@ -143,7 +137,7 @@ async def test_the_views_live_stream_on_the_standby_polls_promptly(
             for k in range(1, 4):
                 await asyncio.sleep(0.3)
                 sent = time.monotonic()
-                await writer.append(graph, [_node(k, await writer.frontier(graph))])
+                await writer.append(graph, [step_node(k, await writer.frontier(graph))])
                 assert (await anext(stream)).sequence == k + 1
                 delays.append(time.monotonic() - sent)
     finally:

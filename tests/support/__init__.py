@@ -1,5 +1,6 @@
 """Test support, kept out of the wheel: documents built as the runtime builds them
-(:mod:`.documents`), the sync store behind async methods (:mod:`.stores`), the
+(:mod:`.documents`), single runtime nodes and their time of writing (:mod:`.nodes`),
+the sync store behind async methods (:mod:`.stores`), the
 reliability suite's helpers (:mod:`.reliability`), catalog snapshots
 (:mod:`.schema_catalog`) and ``cwstore view`` run as a user runs it (:mod:`.view`).
 

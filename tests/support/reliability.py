@@ -19,9 +19,10 @@ import asyncpg
 import cwstore
 from cwstore import compute_id
 
+from .nodes import T0
+
 T = TypeVar("T")
 
-T0 = "2026-12-02T08:43:04.123Z"
 INFINITY_SEQ = 9223372036854775807
 
 # SPEC section 6: the only codes a refusal may carry.

@@ -22,12 +22,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cwstore import compute_id, jsontext, roles
+from cwstore import jsontext, roles
 from cwstore.drivers.psycopg import PsycopgConnection
 
+from .nodes import node
 from .stores import dsn_as
-
-T0 = "2026-12-02T08:43:04.123Z"
 
 
 @dataclass(frozen=True)
@@ -90,18 +89,6 @@ def rejoin(made: Roles) -> None:
     with psycopg.connect(made.owner, autocommit=True) as conn:
         for who, _, tenant in _ROLES:
             roles.add_tenant_member_sync(PsycopgConnection(conn), tenant, made.names[who])
-
-
-def node(kind: str, payload: Any, parents: list[str] | None = None) -> dict[str, Any]:
-    """A runtime node with its id computed here (parents given sorted)."""
-    ps = parents or []
-    return {
-        "id": compute_id(kind, ps, payload, None),
-        "kind": kind,
-        "parents": ps,
-        "payload": payload,
-        "createdAt": T0,
-    }
 
 
 @dataclass(frozen=True)
