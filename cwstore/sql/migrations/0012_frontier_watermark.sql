@@ -65,12 +65,15 @@ COMMENT ON FUNCTION cwstore.derive_lag() IS
 -- (semantic nodes and parentless system nodes leave the frontier alone), closed the
 -- parents of those nodes. Set-wise: a node is only ever a parent of later nodes.
 CREATE FUNCTION cwstore._fold_frontier(p_frontier bigint[], p_new bigint[], p_closed bigint[])
-RETURNS bigint[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT coalesce(array_agg(u.s ORDER BY u.o), '{}')
-    FROM unnest(p_frontier || p_new) WITH ORDINALITY AS u(s, o)
-    LEFT JOIN (SELECT DISTINCT c.s FROM unnest(p_closed) AS c(s)) c ON c.s = u.s
-   WHERE c.s IS NULL
-$$;
+RETURNS bigint[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  -- plpgsql, not SQL: a SQL function with a FROM clause is not inlined, and its body
+  -- was planned again in every statement that called it (0.12 ms an append).
+  RETURN (SELECT coalesce(array_agg(u.s ORDER BY u.o), '{}')
+            FROM unnest(p_frontier || p_new) WITH ORDINALITY AS u(s, o)
+            LEFT JOIN (SELECT DISTINCT c.s FROM unnest(p_closed) AS c(s)) c ON c.s = u.s
+           WHERE c.s IS NULL);
+END $$;
 COMMENT ON FUNCTION cwstore._fold_frontier(bigint[], bigint[], bigint[]) IS
   'Private: a frontier (heads'' seqs, in order) after a run of nodes: without closed (the parents of the run''s folding nodes), then new (those nodes), in order.';
 
