@@ -12,13 +12,13 @@
 --   * graphs.frontier_seqs is the current frontier (its heads' sequences, in order),
 --     folded by the nodes trigger in the UPDATE that moves the length (cwstore._fold_frontier);
 --   * graphs.derived_length is the watermark: frontier_spans holds the history through
---     that node. The write that takes a graph cwstore.derive_lag() (64) nodes past it
+--     that node. The write that takes a graph cwstore.derive_lag() (32) nodes past it
 --     writes the spans of those nodes set-wise (cwstore._derive_spans), in the same
 --     transaction; cwstore.derive_v1(graph) does it on request, and a declared frontier
 --     first brings it to the graph's length;
 --   * the reads answer at every point as before: now from the row, up to the watermark
 --     from the spans, past it from the spans at the watermark folded with the nodes
---     after it (fewer than 64; cwstore._frontier_at).
+--     after it (fewer than 32; cwstore._frontier_at).
 --
 -- The definitions below are those of cwstore/sql/schema/, where they are documented.
 -- Existing graphs get their frontier from their open spans and a watermark at their
@@ -54,7 +54,7 @@ COMMENT ON TABLE cwstore.frontier_spans IS
 -- derives the spans of those nodes, in one set-wise pass; a read as of a later node
 -- folds at most this many minus one.
 CREATE FUNCTION cwstore.derive_lag() RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 64::bigint $$;
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 32::bigint $$;
 COMMENT ON FUNCTION cwstore.derive_lag() IS
   'How many nodes a graph''s frontier history may trail its length before the write that reaches it derives them.';
 
@@ -68,7 +68,14 @@ CREATE FUNCTION cwstore._fold_frontier(p_frontier bigint[], p_new bigint[], p_cl
 RETURNS bigint[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   -- plpgsql, not SQL: a SQL function with a FROM clause is not inlined, and its body
-  -- was planned again in every statement that called it (0.12 ms an append).
+  -- was planned again in every statement that called it (0.12 ms an append). A run of a
+  -- few nodes (an append, a read's fold) compares each head with each closed one; a
+  -- large one (an import) joins them.
+  IF coalesce(cardinality(p_closed), 0)
+     * (coalesce(cardinality(p_frontier), 0) + coalesce(cardinality(p_new), 0)) <= 10000 THEN
+    RETURN ARRAY(SELECT u.s FROM unnest(p_frontier || p_new) WITH ORDINALITY AS u(s, o)
+                  WHERE u.s <> ALL (coalesce(p_closed, '{}')) ORDER BY u.o);
+  END IF;
   RETURN (SELECT coalesce(array_agg(u.s ORDER BY u.o), '{}')
             FROM unnest(p_frontier || p_new) WITH ORDINALITY AS u(s, o)
             LEFT JOIN (SELECT DISTINCT c.s FROM unnest(p_closed) AS c(s)) c ON c.s = u.s
@@ -675,6 +682,7 @@ LANGUAGE plpgsql STABLE ROWS 4 AS $$
 DECLARE
   g record;
   v_new bigint[];
+  v_semantic bigint[];
   v_closed bigint[];
 BEGIN
   SELECT x.length, x.derived_length, x.frontier_seqs INTO g
@@ -686,14 +694,18 @@ BEGIN
   ELSIF p_seq <= g.derived_length THEN
     RETURN QUERY SELECT f.position, f.seq FROM cwstore._spans_at(p_graph_id, p_seq) f;
   ELSE
-    SELECT array_agg(n.seq ORDER BY n.seq) INTO v_new
+    -- The run's folding nodes, and its semantic nodes: of the nodes with parents, the
+    -- only ones that leave the frontier alone (usually none).
+    SELECT array_agg(n.seq ORDER BY n.seq)
+             FILTER (WHERE NOT (n.kind = 'semantic'
+                                OR (n.kind = 'system' AND cardinality(n.parents) = 0))),
+           coalesce(array_agg(n.seq) FILTER (WHERE n.kind = 'semantic'), '{}')
+      INTO v_new, v_semantic
       FROM cwstore.nodes n
-     WHERE n.graph_id = p_graph_id AND n.seq > g.derived_length AND n.seq <= p_seq
-       AND NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0));
-    SELECT array_agg(e.parent_seq) INTO v_closed
+     WHERE n.graph_id = p_graph_id AND n.seq > g.derived_length AND n.seq <= p_seq;
+    SELECT array_agg(e.parent_seq) FILTER (WHERE e.child_seq <> ALL (v_semantic)) INTO v_closed
       FROM cwstore.edges e
-     WHERE e.graph_id = p_graph_id AND e.child_seq > g.derived_length AND e.child_seq <= p_seq
-       AND e.child_seq = ANY (v_new);
+     WHERE e.graph_id = p_graph_id AND e.child_seq > g.derived_length AND e.child_seq <= p_seq;
     RETURN QUERY
     SELECT u.o::integer - 1, u.s
       FROM unnest(cwstore._fold_frontier(

@@ -140,6 +140,7 @@ LANGUAGE plpgsql STABLE ROWS 4 AS $$
 DECLARE
   g record;
   v_new bigint[];
+  v_semantic bigint[];
   v_closed bigint[];
 BEGIN
   SELECT x.length, x.derived_length, x.frontier_seqs INTO g
@@ -151,14 +152,18 @@ BEGIN
   ELSIF p_seq <= g.derived_length THEN
     RETURN QUERY SELECT f.position, f.seq FROM cwstore._spans_at(p_graph_id, p_seq) f;
   ELSE
-    SELECT array_agg(n.seq ORDER BY n.seq) INTO v_new
+    -- The run's folding nodes, and its semantic nodes: of the nodes with parents, the
+    -- only ones that leave the frontier alone (usually none).
+    SELECT array_agg(n.seq ORDER BY n.seq)
+             FILTER (WHERE NOT (n.kind = 'semantic'
+                                OR (n.kind = 'system' AND cardinality(n.parents) = 0))),
+           coalesce(array_agg(n.seq) FILTER (WHERE n.kind = 'semantic'), '{}')
+      INTO v_new, v_semantic
       FROM cwstore.nodes n
-     WHERE n.graph_id = p_graph_id AND n.seq > g.derived_length AND n.seq <= p_seq
-       AND NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0));
-    SELECT array_agg(e.parent_seq) INTO v_closed
+     WHERE n.graph_id = p_graph_id AND n.seq > g.derived_length AND n.seq <= p_seq;
+    SELECT array_agg(e.parent_seq) FILTER (WHERE e.child_seq <> ALL (v_semantic)) INTO v_closed
       FROM cwstore.edges e
-     WHERE e.graph_id = p_graph_id AND e.child_seq > g.derived_length AND e.child_seq <= p_seq
-       AND e.child_seq = ANY (v_new);
+     WHERE e.graph_id = p_graph_id AND e.child_seq > g.derived_length AND e.child_seq <= p_seq;
     RETURN QUERY
     SELECT u.o::integer - 1, u.s
       FROM unnest(cwstore._fold_frontier(
