@@ -93,7 +93,7 @@ def main() -> None:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo(args.dsn, dbname=name)
     try:
-        print("| nodes | read | at the watermark | 62 nodes past it | now | past / at |")
+        print("| nodes | read | at the watermark | 30 nodes past it | now | past / at |")
         print("| ---: | --- | ---: | ---: | ---: | ---: |")
         for n in args.nodes:
             with psycopg.connect(dsn, autocommit=True) as conn:
