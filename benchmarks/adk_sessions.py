@@ -303,7 +303,7 @@ async def run(args: argparse.Namespace) -> None:
                 "PostgreSQL": str(await admin.fetchval("SHOW server_version")),
                 "Packages": versions("google-adk", "sqlalchemy", "asyncpg"),
             }
-            title = "Google ADK sessions (benchmarks/adk_sessions.py)"
+            title = "Google ADK sessions"
             header = run_header(title, command_line(sys.argv), facts)
             write_section("adk-sessions", header + "\n" + "\n".join(out) + "\n")
             print(f"wrote section 'adk-sessions' of {RESULTS}")

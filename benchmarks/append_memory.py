@@ -204,12 +204,10 @@ def main(argv: list[str] | None = None) -> int:
             with psycopg.connect(args.dsn) as conn:
                 row = conn.execute("SHOW server_version").fetchone()
             facts = {"PostgreSQL": str(row[0]) if row else "?", "cwstore": cwstore.__version__}
-            title = "One append's backend memory at the 4 MiB payload limit"
-            header = run_header(
-                f"{title} (benchmarks/append_memory.py)", command_line(sys.argv), facts
-            )
+            header = run_header("Append memory", command_line(sys.argv), facts)
             table = [
-                "Per door: the backend's peak private memory growth (VmHWM less RssShmem), "
+                "One node of ~4 MiB per door and shape, each in a fresh backend: the "
+                "backend's peak private memory growth (VmHWM less RssShmem), "
                 "as a multiple of the payload, and the call's time.",
                 "",
                 "| shape | payload bytes | " + " | ".join(args.doors) + " |",

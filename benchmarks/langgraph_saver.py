@@ -451,7 +451,7 @@ def main() -> None:
                 for k in ("load_average_before", "load_average_after")
             ),
         }
-        title = "LangGraph savers side by side (benchmarks/langgraph_saver.py, issue 35)"
+        title = "LangGraph savers"
         header = run_header(title, command_line(sys.argv), facts)
         write_section("langgraph-saver", header + "\n" + markdown(report) + "\n")
         print(f"wrote section 'langgraph-saver' of {RESULTS}", file=sys.stderr)

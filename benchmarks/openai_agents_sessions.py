@@ -317,7 +317,7 @@ def main() -> None:
             "PostgreSQL": str(row[0]) if row else "?",
             "Packages": versions("openai-agents", "sqlalchemy", "asyncpg", "psycopg"),
         }
-        title = "OpenAI Agents SDK sessions (benchmarks/openai_agents_sessions.py)"
+        title = "OpenAI Agents SDK sessions"
         header = run_header(title, command_line(sys.argv), facts)
         write_section("openai-agents-sessions", header + "\n" + "\n".join(out) + "\n")
         print(f"wrote section 'openai-agents-sessions' of {RESULTS}")

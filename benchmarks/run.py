@@ -1224,7 +1224,7 @@ def markdown(rows: list[Row], facts: dict[str, str], suffix: str, command: str) 
         return s.replace("|", "\\|")
 
     lines = [
-        f"## The benchmark table (benchmarks/run.py{suffix})",
+        f"## Benchmark table{suffix}",
         "",
         f"Written by `{command}`; see README.md for what each row measures.",
         "",
@@ -1250,7 +1250,7 @@ def section_of(quick: bool, only: str | None) -> tuple[str, str]:
     """The RESULTS.md section a run writes, and its heading's suffix: a quick or partial
     run has a section of its own, so it never replaces the full run's table."""
     name = "run" + ("-quick" if quick else "") + (f"-{only}" if only else "")
-    suffix = (" --quick" if quick else "") + (f" --only {only}" if only else "")
+    suffix = (", quick" if quick else "") + (f", {only} only" if only else "")
     return name, suffix
 
 
