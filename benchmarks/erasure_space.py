@@ -196,6 +196,7 @@ def run(dsn: str, args: argparse.Namespace) -> None:
         report(stages),
         "",
         f"Free space held for reuse after VACUUM (pg_freespacemap): {free}.",
+        "",
         "; ".join(timings) + ".",
     ]
     print(f"PostgreSQL {server[0] if server else '?'}")
