@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import asyncpg
+from _results import RESULTS, command_line, run_header, versions, write_section
 from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.base_llm import BaseLlm
@@ -274,29 +276,37 @@ async def run(args: argparse.Namespace) -> None:
         cw_bytes, cw_main = (a - b for a, b in zip(cw_after, cw_before, strict=True))
         db_bytes, db_main = (a - b for a, b in zip(db_after, db_before, strict=True))
         events = args.sessions * args.turns * 4
-        print(
+        out = [
             f"{args.sessions} sessions x {args.turns} turns, {events} events each side, "
-            f"{args.reads} reads; events identical after every turn"
-        )
-        print("| | ADK DatabaseSessionService | cwstore | ratio |")
-        print("| --- | --- | --- | --- |")
-        print(
+            f"{args.reads} reads; events identical after every turn",
+            "",
+            "| | ADK DatabaseSessionService | cwstore | ratio |",
+            "| --- | --- | --- | --- |",
             f"| bytes of the sessions | {db_bytes / 1e6:.2f} MB | {cw_bytes / 1e6:.2f} MB "
-            f"| {cw_bytes / db_bytes:.2f}x |"
-        )
-        print(
+            f"| {cw_bytes / db_bytes:.2f}x |",
             f"| the same without free space and visibility maps | {db_main / 1e6:.2f} MB "
-            f"| {cw_main / 1e6:.2f} MB | {cw_main / db_main:.2f}x |"
-        )
+            f"| {cw_main / 1e6:.2f} MB | {cw_main / db_main:.2f}x |",
+        ]
         for label, data in (("append_event", appends), ("get_session (whole)", reads)):
             for q, qn in ((0.5, "p50"), (0.95, "p95")):
                 x, y = pct(data["adk"], q), pct(data["cwstore"], q)
-                print(f"| {label} {qn} | {x:.2f} ms | {y:.2f} ms | {y / x:.2f}x |")
-        print(
+                out.append(f"| {label} {qn} | {x:.2f} ms | {y:.2f} ms | {y / x:.2f}x |")
+        out += [
+            "",
             f"(append_event medians: {statistics.median(appends['adk']) * 1000:.2f} / "
             f"{statistics.median(appends['cwstore']) * 1000:.2f} ms, "
-            f"{len(appends['adk'])} / {len(appends['cwstore'])} calls)"
-        )
+            f"{len(appends['adk'])} / {len(appends['cwstore'])} calls)",
+        ]
+        print("\n".join(out))
+        if args.write_results:
+            facts = {
+                "PostgreSQL": str(await admin.fetchval("SHOW server_version")),
+                "Packages": versions("google-adk", "sqlalchemy", "asyncpg"),
+            }
+            title = "Google ADK sessions"
+            header = run_header(title, command_line(sys.argv), facts)
+            write_section("adk-sessions", header + "\n" + "\n".join(out) + "\n")
+            print(f"wrote section 'adk-sessions' of {RESULTS}")
     finally:
         if not args.keep:
             for db in ("adk_bench_cw", "adk_bench_db"):
@@ -311,6 +321,9 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=25)
     p.add_argument("--reads", type=int, default=120)
     p.add_argument("--keep", action="store_true", help="keep the two databases")
+    p.add_argument(
+        "--write-results", action="store_true", help="write its section of benchmarks/RESULTS.md"
+    )
     asyncio.run(run(p.parse_args()))
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from _results import RESULTS, command_line, run_header, write_section
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -157,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--doors", nargs="*", default=["append", "copy", "rows"])
     parser.add_argument("--database", default="cwstore_append_memory")
+    parser.add_argument(
+        "--write-results", action="store_true", help="write its section of benchmarks/RESULTS.md"
+    )
     args = parser.parse_args(argv)
+    rows: list[str] = []
     with psycopg.connect(args.dsn, autocommit=True) as admin:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(args.database))
@@ -194,6 +199,23 @@ def main(argv: list[str] | None = None) -> int:
                     grew, took = measure_import(writer_dsn, node)
                 cells.append(f"{grew / 2**20:7.1f} MB {grew / size:5.1f}x {took:5.2f}s")
             print(f"{shape:<14} {size:>10,} " + " ".join(f"{c:>22}" for c in cells), flush=True)
+            rows.append(f"| {shape} | {size:,} | " + " | ".join(" ".join(c.split()) for c in cells))
+        if args.write_results:
+            with psycopg.connect(args.dsn) as conn:
+                row = conn.execute("SHOW server_version").fetchone()
+            facts = {"PostgreSQL": str(row[0]) if row else "?", "cwstore": cwstore.__version__}
+            header = run_header("Append memory", command_line(sys.argv), facts)
+            table = [
+                "One node of ~4 MiB per door and shape, each in a fresh backend: the "
+                "backend's peak private memory growth (VmHWM less RssShmem), "
+                "as a multiple of the payload, and the call's time.",
+                "",
+                "| shape | payload bytes | " + " | ".join(args.doors) + " |",
+                "| --- | --- | " + " | ".join("---" for _ in args.doors) + " |",
+                *(r + " |" for r in rows),
+            ]
+            write_section("append-memory", header + "\n" + "\n".join(table) + "\n")
+            print(f"wrote section 'append-memory' of {RESULTS}")
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
             admin.execute(

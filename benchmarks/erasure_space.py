@@ -33,6 +33,7 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
     import cwstore
 
+from _results import RESULTS, command_line, run_header, write_section
 from _workload import generate_nodes
 
 from cwstore.drivers.psycopg import PsycopgConnection
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=2000, help="nodes per graph (M)")
     parser.add_argument("--vacuum-full", action="store_true", help="also VACUUM FULL")
     parser.add_argument("--keep", action="store_true", help="do not drop the database")
+    parser.add_argument(
+        "--write-results", action="store_true", help="write its section of benchmarks/RESULTS.md"
+    )
     args = parser.parse_args(argv)
     if args.graphs < 2 or args.nodes < 1:
         parser.error("--graphs >= 2 and --nodes >= 1")
@@ -154,6 +158,7 @@ def run(dsn: str, args: argparse.Namespace) -> None:
         store.close()
     filled = time.perf_counter() - started
     print(f"filled {args.graphs} graphs x {args.nodes} nodes in {filled:.1f} s", file=sys.stderr)
+    timings = [f"filled {args.graphs} graphs x {args.nodes} nodes in {filled:.1f} s"]
 
     stages: list[tuple[str, dict[str, Size]]] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -166,26 +171,41 @@ def run(dsn: str, args: argparse.Namespace) -> None:
                 conn.execute("SELECT cwstore.erase_graph_v1(%s, 'space')", (name,)).fetchone()[0]
             )  # type: ignore[index]
         took = time.perf_counter() - started
-        print(
+        timings.append(
             f"erased {len(names[::2])} graphs ({erased} nodes) in {took:.1f} s"
-            f" ({took / len(names[::2]) * 1000:.0f} ms per graph)",
-            file=sys.stderr,
+            f" ({took / len(names[::2]) * 1000:.0f} ms per graph)"
         )
+        print(timings[-1], file=sys.stderr)
         stages.append(("erased half", measure(conn)))
         started = time.perf_counter()
         conn.execute("VACUUM")
-        print(f"VACUUM in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        timings.append(f"VACUUM in {time.perf_counter() - started:.1f} s")
+        print(timings[-1], file=sys.stderr)
         stages.append(("VACUUM", measure(conn)))
         free = _free_space(conn)
         if args.vacuum_full:
             started = time.perf_counter()
             conn.execute("VACUUM FULL")
-            print(f"VACUUM FULL in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            timings.append(f"VACUUM FULL in {time.perf_counter() - started:.1f} s")
+            print(timings[-1], file=sys.stderr)
             stages.append(("VACUUM FULL", measure(conn)))
         server = conn.execute("SHOW server_version").fetchone()
-    print(f"PostgreSQL {server[0] if server else '?'}; sizes in MiB")
-    print(report(stages))
-    print(f"\nfree space held for reuse after VACUUM (pg_freespacemap): {free}")
+    out = [
+        "Sizes in MiB.",
+        "",
+        report(stages),
+        "",
+        f"Free space held for reuse after VACUUM (pg_freespacemap): {free}.",
+        "",
+        "; ".join(timings) + ".",
+    ]
+    print(f"PostgreSQL {server[0] if server else '?'}")
+    print("\n".join(out))
+    if args.write_results:
+        facts = {"PostgreSQL": str(server[0]) if server else "?", "cwstore": cwstore.__version__}
+        header = run_header("Erasure space", command_line(sys.argv), facts)
+        write_section("erasure-space", header + "\n" + "\n".join(out) + "\n")
+        print(f"wrote section 'erasure-space' of {RESULTS}")
 
 
 def _free_space(conn: psycopg.Connection[Any]) -> str:

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+from _results import RESULTS, command_line, run_header, versions, write_section
 from _workload import _WORDS
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -427,6 +428,9 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=25)
+    parser.add_argument(
+        "--write-results", action="store_true", help="write its section of benchmarks/RESULTS.md"
+    )
     args = parser.parse_args()
     report: dict[str, Any] = {"load_average_before": os.getloadavg()}
     for workload in args.workloads:
@@ -436,6 +440,61 @@ def main() -> None:
             report[label] = _configuration(workload, steps, args)
     report["load_average_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
+    if args.write_results:
+        with psycopg.connect(args.dsn) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+        facts = {
+            "PostgreSQL": str(row[0]) if row else "?",
+            "Packages": versions("langgraph", "langgraph-checkpoint-postgres", "langchain-core"),
+            "Load average before / after": " → ".join(
+                " / ".join(f"{x:.2f}" for x in report[k])
+                for k in ("load_average_before", "load_average_after")
+            ),
+        }
+        title = "LangGraph savers"
+        header = run_header(title, command_line(sys.argv), facts)
+        write_section("langgraph-saver", header + "\n" + markdown(report) + "\n")
+        print(f"wrote section 'langgraph-saver' of {RESULTS}", file=sys.stderr)
+
+
+def _shown(key: str, value: float) -> str:
+    return f"{value / 1e6:.2f} MB" if key == "bytes" else f"{value:.2f} ms"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """Each configuration's medians over its rounds, the ratio's range, and its targets."""
+    lines = [
+        "A ratio is cwstore / PostgresSaver within a round: its median over the rounds and "
+        "its range across them.",
+        "",
+        "| configuration | measure | PostgresSaver | cwstore | ratio, median (range) | target |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, config in report.items():
+        if not isinstance(config, dict):
+            continue
+        theirs, ours = config["median"]["langgraph_postgres"], config["median"]["cwstore"]
+        targets = TARGETS.get(label, {})
+        met = config.get("met", {})
+        for key in [*config["median_ratio_cwstore_over_langgraph"], "last50_over_first50"]:
+            if key not in ours:
+                continue
+            if key == "last50_over_first50":
+                ratios = [r["cwstore"][key] for r in config["rounds"]]
+                cells = (f"{theirs[key]:.2f}x", f"{ours[key]:.2f}x")
+                target = GROWTH_TARGET if label.startswith("growth") else None
+            else:
+                ratios = [r["ratio"][key] for r in config["rounds"]]
+                cells = (_shown(key, theirs[key]), _shown(key, ours[key]))
+                target = targets.get(key)
+            verdict = "" if key not in met else (" (met)" if met[key] else " (not met)")
+            lines.append(
+                f"| {label} | {key} | {cells[0]} | {cells[1]} | "
+                f"{statistics.median(ratios):.2f}x ({min(ratios):.2f} to {max(ratios):.2f}) | "
+                + (f"≤ {target}x{verdict}" if target is not None else "")
+                + " |"
+            )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

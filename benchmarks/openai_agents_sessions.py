@@ -26,12 +26,14 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from _results import RESULTS, command_line, run_header, versions, write_section
 from _workload import _WORDS
 from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
 from agents.extensions.memory import SQLAlchemySession
@@ -281,33 +283,44 @@ def main() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the two databases")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--write-results", action="store_true", help="write its section of benchmarks/RESULTS.md"
+    )
     args = parser.parse_args()
     SCALE["words"] = args.scale
     result = asyncio.run(_run(args))
-    if args.json:
-        print(json.dumps(result))
-        return
     a, b = result["sqlalchemy"], result["cwstore"]
-    print(
+    out = [
         f"{args.sessions} sessions x {args.turns} turns (scale {args.scale}), "
         f"{result['items_per_session']} items "
         f"per session, {b['appends']} appends and {b['reads']} reads each; items equal "
-        "after every turn"
-    )
-    print("| | SQLAlchemySession | CwstoreSession | ratio |\n| --- | --- | --- | --- |")
-    print(f"| bytes | {a['bytes']:,} | {b['bytes']:,} | {b['bytes'] / a['bytes']:.2f}x |")
+        "after every turn",
+        "",
+        "| | SQLAlchemySession | CwstoreSession | ratio |",
+        "| --- | --- | --- | --- |",
+        f"| bytes | {a['bytes']:,} | {b['bytes']:,} | {b['bytes'] / a['bytes']:.2f}x |",
+    ]
     for key, label in (("append", "append (add_items)"), ("read", "read (get_items)")):
-        print(
-            f"| {label} p50 | {a[key + '_p50']:.2f} ms | {b[key + '_p50']:.2f} ms | "
-            f"{b[key + '_p50'] / a[key + '_p50']:.2f}x |"
-        )
-        print(
-            f"| {label} p95 | {a[key + '_p95']:.2f} ms | {b[key + '_p95']:.2f} ms | "
-            f"{b[key + '_p95'] / a[key + '_p95']:.2f}x |"
-        )
+        for q in ("_p50", "_p95"):
+            out.append(
+                f"| {label} {q[1:]} | {a[key + q]:.2f} ms | {b[key + q]:.2f} ms | "
+                f"{b[key + q] / a[key + q]:.2f}x |"
+            )
     for name, label in (("sqlalchemy", "SQLAlchemySession"), ("cwstore", "CwstoreSession")):
         tables = ", ".join(f"{t} {v:,}" for t, v in result[name]["tables"].items())
-        print(f"\n{label} bytes by table (indexes and TOAST included): {tables}")
+        out += ["", f"{label} bytes by table (indexes and TOAST included): {tables}"]
+    print(json.dumps(result) if args.json else "\n".join(out))
+    if args.write_results:
+        with psycopg.connect(args.dsn) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+        facts = {
+            "PostgreSQL": str(row[0]) if row else "?",
+            "Packages": versions("openai-agents", "sqlalchemy", "asyncpg", "psycopg"),
+        }
+        title = "OpenAI Agents SDK sessions"
+        header = run_header(title, command_line(sys.argv), facts)
+        write_section("openai-agents-sessions", header + "\n" + "\n".join(out) + "\n")
+        print(f"wrote section 'openai-agents-sessions' of {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ except ImportError:  # a checkout that is not installed: use it in place
 import _peers
 import asyncpg
 from _langgraph_peer import IMPORT_ERROR as LANGGRAPH_MISSING
+from _results import RESULTS, write_section
 from _workload import agent_steps, generate_nodes
 from rich.console import Console
 from rich.table import Table
@@ -1216,14 +1217,16 @@ def render(rows: list[Row], facts: dict[str, str], title: str, console: Console)
         console.print("\nRow 8, every system side by side:", facts["Peers"], markup=False)
 
 
-def markdown(rows: list[Row], facts: dict[str, str], title: str, command: str) -> str:
+def markdown(rows: list[Row], facts: dict[str, str], suffix: str, command: str) -> str:
+    """The run's section of RESULTS.md: its heading, the table, the machine facts."""
+
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
 
     lines = [
-        "# cwstore benchmark results",
+        f"## Benchmark table{suffix}",
         "",
-        f"{title}. Written by `{command}`; see README.md for what each row measures.",
+        f"Written by `{command}`; see README.md for what each row measures.",
         "",
         "| benchmark | cwstore | baseline | ratio | target | pass? |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -1236,11 +1239,19 @@ def markdown(rows: list[Row], facts: dict[str, str], title: str, command: str) -
             )
             + " |"
         )
-    lines += ["", "## Machine", ""]
+    lines += ["", "### Machine", ""]
     lines += [f"- {k}: {v}" for k, v in facts.items() if k != "Peers"]
     if "Peers" in facts:
-        lines += ["", "## Row 8, every system side by side", facts["Peers"]]
+        lines += ["", "### Row 8, every system side by side", facts["Peers"]]
     return "\n".join(lines) + "\n"
+
+
+def section_of(quick: bool, only: str | None) -> tuple[str, str]:
+    """The RESULTS.md section a run writes, and its heading's suffix: a quick or partial
+    run has a section of its own, so it never replaces the full run's table."""
+    name = "run" + ("-quick" if quick else "") + (f"-{only}" if only else "")
+    suffix = (", quick" if quick else "") + (f", {only} only" if only else "")
+    return name, suffix
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1263,7 +1274,11 @@ def main(argv: list[str] | None = None) -> int:
         "every node, e.g. from ci/citus/cluster.sh createdb) beside the same load on "
         "the single server",
     )
-    parser.add_argument("--write-results", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument(
+        "--write-results",
+        action="store_true",
+        help="write this run's section of benchmarks/RESULTS.md",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -1292,10 +1307,13 @@ def main(argv: list[str] | None = None) -> int:
         command = (
             "python benchmarks/run.py"
             + (" --quick" if args.quick else "")
+            + (f" --only {args.only}" if args.only else "")
             + (" --dsn …" if args.dsn else "")
+            + " --write-results"
         )
-        (HERE / "RESULTS.md").write_text(markdown(rows, facts, title, command))
-        console.print(f"wrote {HERE / 'RESULTS.md'}")
+        name, suffix = section_of(args.quick, args.only)
+        write_section(name, markdown(rows, facts, suffix, command))
+        console.print(f"wrote section {name!r} of {RESULTS}")
     return 1 if any(r.ok is False and r.cwstore.startswith("error") for r in rows) else 0
 
 
