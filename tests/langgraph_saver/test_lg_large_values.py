@@ -126,7 +126,7 @@ def test_a_20_mb_pending_write_round_trips_as_in_postgres_saver(
         saver.put_writes(stored, [("other", {"x": "y" * (5 * MB)})], "task-2")
         tup = saver.get_tuple(stored)
         assert tup is not None
-        got.append(tup.pending_writes)
+        got.append(tup.pending_writes or [])
     assert got[0] == got[1]
     assert _same(got[0][0][2], value)
 
