@@ -31,6 +31,10 @@ Pending writes (:meth:`put_writes`) are one ``resource`` node per call, in the c
 ``lg:w:<checkpoint_id>``, with the checkpoint's node as a parent once it is stored. A
 write may arrive before its checkpoint (LangGraph's background saves, even from another
 process): it is found by its key either way.
+
+A channel value or pending write longer than 1 MiB of JSON text is stored in parts
+(:mod:`cwstore.langgraph._parts`): its node names them, and they are appended first, in
+the same transaction.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cwstore import DatabaseError, InputError, Row
 
+from ._parts import BIG_BYTES, Blob, b64_length, blob_of, make_blob
+
 __all__ = [
     "CP_KIND",
     "CheckpointState",
@@ -67,6 +73,7 @@ __all__ = [
     "Segment",
     "checkpoint_key",
     "decode_value",
+    "encode_big",
     "encode_value",
     "graph_name",
     "message_kind",
@@ -179,11 +186,63 @@ def encode_value(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
     return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}
 
 
-def decode_value(serde: SerializerProtocol, payload: Mapping[str, Any]) -> Any:
-    """The value :func:`encode_value` encoded."""
+def encode_big(serde: SerializerProtocol, value: Any) -> tuple[dict[str, Any], Blob | None]:
+    """A value as payload members, as :func:`encode_value` gives them when they are at
+    most :data:`~cwstore.langgraph._parts.BIG_BYTES` of text; else members that name
+    its parts, and the parts (see :mod:`cwstore.langgraph._parts`)."""
+    if is_plain_json(value) and stores_json(serde):
+        # Not orjson: for a long string it reserves about 12 bytes a character.
+        text = dumps(value).encode("utf-8")
+        if len(text) <= BIG_BYTES:
+            return {"json": value}, None
+        blob = make_blob(("text", "json"), text)
+    else:
+        kind, data = serde.dumps_typed(value)
+        if b64_length(len(data)) <= BIG_BYTES:
+            return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}, None
+        blob = make_blob(("serde", kind), data)
+    return blob.ref(), blob
+
+
+def decode_value(
+    serde: SerializerProtocol,
+    payload: Mapping[str, Any],
+    datas: Mapping[str, bytes] | None = None,
+) -> Any:
+    """The value :func:`encode_value` (or :func:`encode_big`) encoded; a value stored
+    in parts from its bytes in ``datas``, by parts key."""
     if "json" in payload:
         return payload["json"]
+    if "parts" in payload:
+        data = (datas or {})[payload["parts"][0]]
+        if "text" in payload:  # not orjson: it takes about 13 bytes a character of a string
+            return json.loads(data)
+        return serde.loads_typed((payload["serde"], data))
     return serde.loads_typed((payload["serde"], base64.b64decode(payload["b64"])))
+
+
+def part_refs(payload: Mapping[str, Any]) -> list[list[Any]]:
+    """The parts (``[key, count, bytes]``) a value node's payload, or a writes node's,
+    names."""
+    if "parts" in payload:
+        return [payload["parts"]]
+    return [v["parts"] for _, _, v in payload.get("writes", ()) if "parts" in v]
+
+
+def writes_blobs(
+    payload: Mapping[str, Any], datas: Mapping[str, bytes]
+) -> tuple[dict[str, Any], list[Blob]]:
+    """A writes node's payload read back (its values' bytes in ``datas``) as it is
+    written again: the payload, each value stored in parts named anew, and the parts."""
+    blobs: list[Blob] = []
+    writes = []
+    for idx, channel, value in payload["writes"]:
+        if "parts" in value:
+            blob = blob_of(value, datas)
+            blobs.append(blob)
+            value = blob.ref()
+        writes.append([idx, channel, value])
+    return {**payload, "writes": writes}, blobs
 
 
 def message_kind(message: BaseMessage) -> str:
@@ -481,16 +540,16 @@ def fold_writes(batches: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
 
 
 def writes_node(
-    checkpoint_id: str, payload: Any, heads: Heads
+    checkpoint_id: str, payload: Any, heads: Heads, blobs: Sequence[Blob] = ()
 ) -> tuple[dict[str, Any], tuple[str, int]]:
     """The node of one :meth:`put_writes` call for the checkpoint ``checkpoint_id`` and
     the new head of its key: its parents are the key's head and the checkpoint's node
-    (when ``heads`` names them)."""
+    (when ``heads`` names them), and the last part of each value stored in parts."""
     from cwstore import compute_id
 
     key = writes_key(checkpoint_id)
     head, cp_head = heads.get(key), heads.get(checkpoint_key(checkpoint_id))
-    parents = sorted({h[0] for h in (head, cp_head) if h is not None})
+    parents = sorted({h[0] for h in (head, cp_head) if h is not None} | {b.ids[-1] for b in blobs})
     node_id = compute_id("resource", parents, payload, key)
     node = {
         "id": node_id,
@@ -585,6 +644,8 @@ class PutPlan:
     written: dict[str, tuple[str, int]] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     """The JSON text of each new message node's payload, by id."""
+    blobs: list[Blob] = field(default_factory=list)
+    """The values stored in parts: their part nodes go before :attr:`nodes`."""
 
     @property
     def checkpoint_id(self) -> str:
@@ -650,11 +711,15 @@ class PutPlan:
                 key, version, parents = self._next(
                     heads, self.parent.values.get(channel), _base_key("lg:ch:", channel)
                 )
+                members, blob = encode_big(self.serde, as_primitive(value))
                 payload = {
                     "channel": channel,
                     "version": self.checkpoint.get("channel_versions", {}).get(channel),
-                    **encode_value(self.serde, as_primitive(value)),
+                    **members,
                 }
+                if blob is not None:
+                    self.blobs.append(blob)
+                    parents = [*parents, blob.ids[-1]]
                 node_id = self._node("resource", parents, payload, key, version)
                 self.state.values[channel] = Ref(node_id, key, version)
                 tips.append(node_id)
@@ -712,6 +777,8 @@ class Loaded:
     channel_values: dict[str, Any]
     state: CheckpointState
     write_batches: list[dict[str, Any]]
+    datas: dict[str, bytes] = field(default_factory=dict)
+    """The bytes of its values stored in parts, by parts key."""
 
 
 def missing_runs(
@@ -755,6 +822,19 @@ class Stored:
     values: list[tuple[Ref, str]]
     writes: list[str]
     message_ids: list[str]
+    _nodes: list[Any] | None = field(default=None, repr=False, compare=False)
+
+    def nodes(self) -> list[Any]:
+        """The payloads of its value nodes, then of its writes nodes, parsed once."""
+        if self._nodes is None:
+            # One parse for all: about half the time of one parse each.
+            texts = [t for _, t in self.values] + self.writes
+            self._nodes = orjson.loads("[" + ",".join(texts) + "]")
+        return self._nodes
+
+    def part_refs(self) -> list[list[Any]]:
+        """The parts (``[key, count, bytes]``) its values and writes name."""
+        return [ref for node in self.nodes() for ref in part_refs(node)]
 
     def segments(self) -> list[tuple[str, str, int, int, list[str]]]:
         """Each segment of each messages channel, in order: channel, key, first and
@@ -811,18 +891,22 @@ def _read_checkpoint(seq: int, rows: Sequence[Row]) -> Stored:
 
 
 def load_checkpoint(
-    serde: SerializerProtocol, stored: Stored, messages: Mapping[str, MessageMaker]
+    serde: SerializerProtocol,
+    stored: Stored,
+    messages: Mapping[str, MessageMaker],
+    datas: Mapping[str, bytes] | None = None,
 ) -> Loaded:
     """A checkpoint read back, each of its messages made by ``messages`` (by node id:
-    every one of ``stored.message_ids``)."""
-    # One parse for the other payloads: about half the time of one parse each.
-    nodes = orjson.loads("[" + ",".join([t for _, t in stored.values] + stored.writes) + "]")
+    every one of ``stored.message_ids``), each value stored in parts from its bytes in
+    ``datas`` (by parts key: every one :meth:`Stored.part_refs` names)."""
+    nodes = stored.nodes()
+    kept = {ref[0]: (datas or {})[ref[0]] for ref in stored.part_refs()}
     state = CheckpointState(stored.node_id)
     channel_values: dict[str, Any] = {}
     by_id = {ref.node_id: (ref, node) for (ref, _), node in zip(stored.values, nodes, strict=False)}
     for channel, nid in stored.payload["values"].items():
         ref, node = by_id[nid]
-        channel_values[channel] = decode_value(serde, node)
+        channel_values[channel] = decode_value(serde, node, kept)
         state.values[channel] = ref
     for channel in stored.payload["messages"]:
         state.messages[channel] = MessageList([], [])
@@ -833,4 +917,6 @@ def load_checkpoint(
         lst.refs += map(Ref, ids, repeat(key), range(first, last + 1))
     for channel, lst in state.messages.items():
         channel_values[channel] = list(lst.messages)
-    return Loaded(stored.seq, stored.payload, channel_values, state, nodes[len(stored.values) :])
+    return Loaded(
+        stored.seq, stored.payload, channel_values, state, nodes[len(stored.values) :], kept
+    )

@@ -59,7 +59,7 @@ from ._mapping import (
     checkpoint_key,
     contains,
     decode_value,
-    encode_value,
+    encode_big,
     fold_writes,
     graph_name,
     load_checkpoint,
@@ -69,10 +69,12 @@ from ._mapping import (
     thread_prefix,
     uses_delta_channel,
     write_index,
+    writes_blobs,
     writes_key,
     writes_node,
 )
 from ._memo import MESSAGE_BYTES, GraphMemo, Memo
+from ._parts import PARTS_PER_READ, Blob, join_parts, part_batches, part_bytes
 
 __all__ = ["CwstoreSaver"]
 
@@ -131,7 +133,7 @@ def _tuple(serde: SerializerProtocol, thread_id: str, ns: str, loaded: Loaded) -
     checkpoint.update(id=p["checkpoint_id"], ts=p["ts"], channel_values=loaded.channel_values)
     parent = p["parent_checkpoint_id"]
     writes = [
-        (task, channel, decode_value(serde, value))
+        (task, channel, decode_value(serde, value, loaded.datas))
         for _path, task, channel, _idx, value in fold_writes(loaded.write_batches)
     ]
     return CheckpointTuple(
@@ -260,8 +262,9 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 continue
             stored = read_checkpoints(rows)
             messages = self._messages(conn, graph, graph_id, stored)
-            if messages is not None:
-                return [load_checkpoint(self.serde, item, messages) for item in stored]
+            datas = self._parts(conn, graph, graph_id, stored)
+            if messages is not None and datas is not None:
+                return [load_checkpoint(self.serde, item, messages, datas) for item in stored]
             self._memo.forget(graph)
         raise DatabaseError(f"{graph}: erased and written again while read, three times")
 
@@ -281,6 +284,27 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             return None
         self._memo.keep_messages(graph, found)
         return {i: found[i] if i in found else known[i] for i in wanted}
+
+    def _parts(
+        self, conn: Connection, graph: str, graph_id: int, stored: Sequence[Stored]
+    ) -> dict[str, bytes] | None:
+        """The bytes of the values the checkpoints hold in parts, by parts key, read a
+        few parts a query; ``None`` when one is gone (the graph erased)."""
+        out: dict[str, bytes] = {}
+        for item in stored:
+            for ref in item.part_refs():
+                key, count = ref[0], ref[1]
+                if key in out:
+                    continue
+                chunks: list[bytes] = []
+                for first in range(1, count + 1, PARTS_PER_READ):
+                    last = min(first + PARTS_PER_READ - 1, count)
+                    rows = conn.fetch(_q("parts"), graph_id, graph, key, first, last)
+                    if len(rows) != last - first + 1:
+                        return None
+                    chunks += [part_bytes(str(r["payload_text"])) for r in rows]
+                out[key] = join_parts(ref, chunks)
+        return out
 
     def _load(self, conn: Connection, graph: str, checkpoint_id: str | None) -> Loaded | None:
         found = self._checkpoints(conn, graph, checkpoint_id, limit=1)
@@ -424,11 +448,12 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
                 memo.heads.update(self._heads(graph, unknown))
             plan.build(memo.heads)
             try:
-                self.store.append(
+                self._append(
                     graph,
+                    plan.blobs,
                     plan.nodes,
-                    frontier=[plan.state.node_id or ""],
-                    retention_group=_group_if_new(memo, thread_prefix(thread_id)),
+                    [plan.state.node_id or ""],
+                    _group_if_new(memo, thread_prefix(thread_id)),
                 )
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
@@ -463,27 +488,54 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         thread_id, ns, checkpoint_id = _ids(config)
         assert checkpoint_id is not None, "put_writes needs a checkpoint_id"
         graph = graph_name(thread_id, ns)
-        payload = {
-            "checkpoint_id": checkpoint_id,
-            "task": checked_text("task_id", task_id),
-            "path": checked_text("task_path", task_path),
-            "writes": [
-                [write_index(channel, i), channel, encode_value(self.serde, value)]
-                for i, (channel, value) in enumerate(writes)
-            ],
-        }
-        self._append_writes(graph, thread_prefix(thread_id), checkpoint_id, payload)
+        task, path = checked_text("task_id", task_id), checked_text("task_path", task_path)
+        blobs: list[Blob] = []
+        encoded = []
+        for i, (channel, value) in enumerate(writes):
+            members, blob = encode_big(self.serde, value)
+            if blob is not None:
+                blobs.append(blob)
+            encoded.append([write_index(channel, i), channel, members])
+        payload = {"checkpoint_id": checkpoint_id, "task": task, "path": path, "writes": encoded}
+        self._append_writes(graph, thread_prefix(thread_id), checkpoint_id, payload, blobs)
 
-    def _append_writes(self, graph: str, group: str, checkpoint_id: str, payload: Any) -> None:
+    def _append(
+        self,
+        graph: str,
+        blobs: Sequence[Blob],
+        nodes: Sequence[Any],
+        frontier: Sequence[str] | None,
+        group: str | None,
+    ) -> None:
+        """Append ``nodes`` (declaring ``frontier``) after the parts of ``blobs``: one
+        append when there are none, else one transaction of a few parts an append (so
+        neither the client nor the backend holds more than a few parts' worth at once),
+        all or nothing."""
+        if not blobs:
+            self.store.append(graph, nodes, frontier=frontier, retention_group=group)
+            return
+        with self.store.transaction() as conn:
+            if group is not None:
+                conn.execute(_q("set_retention_group"), group)
+            _append_in(conn, graph, blobs, nodes, frontier)
+
+    def _append_writes(
+        self,
+        graph: str,
+        group: str,
+        checkpoint_id: str,
+        payload: Any,
+        blobs: Sequence[Blob] = (),
+    ) -> None:
         key, cp = writes_key(checkpoint_id), checkpoint_key(checkpoint_id)
         for attempt in range(_RETRIES):
             memo = self._memo.graph(graph)
             unknown = [k for k in (key, cp) if k not in memo.heads]
             if unknown and (attempt or not _only(unknown, key)):
                 memo.heads.update(self._heads(graph, unknown))
-            node, head = writes_node(checkpoint_id, payload, memo.heads)
+            node, head = writes_node(checkpoint_id, payload, memo.heads, blobs)
             try:
-                self.store.append(graph, [node], retention_group=_group_if_new(memo, group))
+                self._append(graph, blobs, [node], None, _group_if_new(memo, group))
             except (ChainConflictError, UnknownGraphError):
                 self._memo.forget(graph)
                 continue
@@ -532,7 +584,10 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             versions = tup.checkpoint["channel_versions"]
             self.put(conf, tup.checkpoint, tup.metadata, versions)
             for batch in item.write_batches:
-                self._append_writes(graph, thread_prefix(thread_id), tup.checkpoint["id"], batch)
+                payload, blobs = writes_blobs(batch, item.datas)
+                self._append_writes(
+                    graph, thread_prefix(thread_id), tup.checkpoint["id"], payload, blobs
+                )
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread (every namespace) to
@@ -590,10 +645,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
             if batches:
                 with self.store.transaction() as conn:
                     conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
-                    for nodes, frontier in batches:
-                        conn.fetch(
-                            _q("append"), *prepare_append(staged, nodes, frontier=frontier).args
-                        )
+                    for blobs, nodes, frontier in batches:
+                        _append_in(conn, staged, blobs, nodes, frontier)
             try:
                 with self.store.transaction() as conn:
                     erased = conn.fetchval(_q("erase_graph"), graph, reason)
@@ -616,8 +669,8 @@ class CwstoreSaver(BaseCheckpointSaver[str]):
         try:
             with self.store.transaction() as conn:
                 conn.execute(_q("set_retention_group"), thread_prefix(thread_id))
-                for nodes, frontier in batches:
-                    conn.fetch(_q("append"), *prepare_append(graph, nodes, frontier=frontier).args)
+                for blobs, nodes, frontier in batches:
+                    _append_in(conn, graph, blobs, nodes, frontier)
                 conn.fetchval(_q("erase_graph"), _STAGED + graph, reason)
         except UnknownGraphError:  # another reader finished it first
             pass
@@ -761,7 +814,7 @@ class _Moved(Exception):
 
 
 _Plan = dict[str, list[Loaded]]
-_Batches = list[tuple[list[dict[str, Any]], list[str] | None]]
+_Batches = list[tuple[list[Blob], list[dict[str, Any]], list[str] | None]]
 _Decide = Callable[[Mapping[str, list[Loaded]]], _Plan]
 
 
@@ -791,12 +844,37 @@ def rewrite_batches(
         plan.build(heads)
         heads.update(plan.written)
         states[checkpoint["id"]] = plan.state
-        out.append((plan.nodes, [plan.state.node_id or ""]))
+        out.append((plan.blobs, plan.nodes, [plan.state.node_id or ""]))
         for batch in item.write_batches:
-            node, head = writes_node(checkpoint["id"], batch, heads)
+            payload, blobs = writes_blobs(batch, item.datas)
+            node, head = writes_node(checkpoint["id"], payload, heads, blobs)
             heads[writes_key(checkpoint["id"])] = head
-            out.append(([node], None))
+            out.append((blobs, [node], None))
     return out
+
+
+def _append_in(
+    conn: Connection,
+    graph: str,
+    blobs: Sequence[Blob],
+    nodes: Sequence[Any],
+    frontier: Sequence[str] | None,
+) -> None:
+    """Append, in the caller's transaction, the parts of ``blobs`` a few an append,
+    then ``nodes`` declaring ``frontier``."""
+    for batch in part_batches(blobs):
+        _send(conn, graph, batch, None)
+    _send(conn, graph, nodes, frontier)
+
+
+def _send(
+    conn: Connection, graph: str, nodes: Sequence[Any], frontier: Sequence[str] | None
+) -> None:
+    prepared = prepare_append(graph, nodes, frontier=frontier)
+    try:
+        conn.fetch(_q("append"), *prepared.args)
+    except ValidationError as exc:
+        raise prepared.renumbered(exc) from exc.__cause__
 
 
 def _stale(exc: ValidationError) -> bool:

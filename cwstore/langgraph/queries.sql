@@ -108,6 +108,20 @@ SELECT n.id, n.payload_text
                  ORDER BY n.seq
                  LIMIT r.count) n ON true
 
+-- name: parts
+-- Versions $4..$5 of the key $3 (the parts of a value stored in parts,
+-- lg:part:<sha256>) in graph $1 (graph_id) named $2 (none when the graph at that key is
+-- not named $2): each version's payload text, in order.
+SELECT v.version, n.payload_text
+  FROM cwstore.key_versions v
+  JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
+  JOIN LATERAL (SELECT n.payload_text FROM cwstore.nodes n
+                 WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
+                 LIMIT 1) n ON true
+ WHERE v.graph_id = $1::bigint AND v.key = $3::text
+   AND v.version BETWEEN $4::int AND $5::int
+ ORDER BY v.node_seq
+
 -- name: graph
 -- The graph_id of the graph named $1 (NULL when there is none, or none the caller may
 -- see): the key every other query of a graph is given; and whether the graph named $2
