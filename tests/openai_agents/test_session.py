@@ -7,11 +7,13 @@ session, erasure)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, cast
 
+import asyncpg
 import pytest
 from agents import Agent, ModelSettings, Runner, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
@@ -234,23 +236,51 @@ async def test_concurrent_writers_on_one_session(store: cwstore.AsyncStore) -> N
     assert await store.length(session.graph) == 26
 
 
+@contextlib.asynccontextmanager
+async def _graph_row_locked(dsn: str, graph: str) -> AsyncIterator[asyncpg.Connection]:
+    """Hold the graph's row locked from another connection: writes wait on it."""
+    blocker = await asyncpg.connect(dsn)
+    try:
+        async with blocker.transaction():
+            await blocker.execute("SELECT 1 FROM cwstore.graphs WHERE name = $1 FOR UPDATE", graph)
+            yield blocker
+    finally:
+        await blocker.close()
+
+
+async def _until_a_lock_is_awaited(conn: asyncpg.Connection) -> None:
+    for _ in range(1000):
+        if await conn.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the write never waited on the graph's row")
+
+
 @pytest.mark.parametrize("operation", ["add", "pop", "clear"])
-async def test_a_cancelled_write_lands_whole(store: cwstore.AsyncStore, operation: str) -> None:
+async def test_a_cancelled_write_lands_whole(
+    store: cwstore.AsyncStore, db_dsn: str, operation: str
+) -> None:
+    """Cancelled while its append waits on the graph's row (held by another
+    connection), the write still lands whole once the row is free, and only then does
+    the caller see the cancellation."""
     session = CwstoreSession(f"cancelled-{operation}", store)
     await session.add_items([_user("first"), _user("second")])
     length = await store.length(session.graph)
-    if operation == "add":
-        task: asyncio.Task[Any] = asyncio.create_task(
-            session.add_items([_user("third"), _user("fourth")])
-        )
-    elif operation == "pop":
-        task = asyncio.create_task(session.pop_item())
-    else:
-        task = asyncio.create_task(session.clear_session())
-    await asyncio.sleep(0.001)
-    task.cancel()
-    await asyncio.sleep(0)
-    task.cancel()
+    async with _graph_row_locked(db_dsn, session.graph) as blocker:
+        if operation == "add":
+            task: asyncio.Task[Any] = asyncio.create_task(
+                session.add_items([_user("third"), _user("fourth")])
+            )
+        elif operation == "pop":
+            task = asyncio.create_task(session.pop_item())
+        else:
+            task = asyncio.create_task(session.clear_session())
+        await _until_a_lock_is_awaited(blocker)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await store.length(session.graph) == length + 1
