@@ -1350,6 +1350,78 @@ def test_a_retention_group_is_idle_and_erased_as_one(own_db: str) -> None:
         )
 
 
+def test_a_group_with_a_graph_being_created_is_not_erased(own_db: str) -> None:
+    # A thread's new namespace is being written (its creation not yet committed) while
+    # retention finds the rest of the thread idle: none of the thread goes, and the new
+    # graph commits into a whole group.
+    group = f"thread-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(own_db, autocommit=True) as c, psycopg.connect(own_db) as writer:
+        old = sorted([_grouped(c, group, "grp-old"), _grouped(c, group, "grp-old")])
+        cut = one(c, "SELECT clock_timestamp()")
+        new = new_graph("grp-new")
+        writer.execute("SELECT set_config('cwstore.retention_group', %s, true)", (group,))
+        append_sql(writer, new, two_nodes(new))
+        idle = (
+            "SELECT graph, retention_group FROM"
+            f" cwstore.erase_idle_v1({IDLE_SINCE}, NULL, 'retention')"
+        )
+        assert c.execute(idle, (cut,)).fetchall() == []
+        assert one(c, "SELECT count(*) FROM cwstore.graphs WHERE name = ANY (%s)", (old,)) == 2
+        writer.commit()
+        assert (
+            one(c, "SELECT count(*) FROM cwstore.graphs WHERE retention_group = %s", (group,)) == 3
+        )
+        # Once the creation is over, the group goes whole when all of it is idle.
+        cut = one(c, "SELECT clock_timestamp()")
+        erased = c.execute(idle, (cut,)).fetchall()
+        assert sorted(erased) == sorted((g, group) for g in [*old, new])
+
+
+def test_a_creation_in_a_group_waits_for_its_erasure(own_db: str) -> None:
+    # Retention holds the group while it erases it: a graph created in the group
+    # meanwhile waits, and lands after the erasure in a group of its own life.
+    group = f"thread-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(own_db, autocommit=True) as c, psycopg.connect(own_db) as eraser:
+        old = _grouped(c, group, "grp-old")
+        cut = one(c, "SELECT clock_timestamp()")
+        erased = eraser.execute(
+            f"SELECT graph FROM cwstore.erase_idle_v1({IDLE_SINCE}, NULL, 'retention')", (cut,)
+        ).fetchall()
+        assert erased == [(old,)]
+        new = new_graph("grp-new")
+        created: list[BaseException | None] = []
+
+        def create() -> None:
+            try:
+                with psycopg.connect(own_db, autocommit=True) as w:
+                    w.execute("SELECT set_config('cwstore.retention_group', %s, false)", (group,))
+                    append_sql(w, new, two_nodes(new))
+                created.append(None)
+            except BaseException as e:  # reported below
+                created.append(e)
+
+        t = threading.Thread(target=create)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not one(
+            c,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND classid = 1668772455",
+        ):
+            assert time.monotonic() < deadline, "the creation did not wait for the group"
+            assert t.is_alive(), created
+            time.sleep(0.01)
+        eraser.commit()
+        t.join(10)
+        assert created == [None]
+        assert [
+            r[0]
+            for r in c.execute(
+                "SELECT name FROM cwstore.graphs WHERE retention_group = %s", (group,)
+            )
+        ] == [new]
+
+
 def test_a_retention_group_too_long_is_refused(db_dsn: str) -> None:
     g = new_graph("bad-group")
     with psycopg.connect(db_dsn, autocommit=True) as c:

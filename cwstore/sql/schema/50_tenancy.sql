@@ -193,8 +193,9 @@ CREATE POLICY erasures_tenant ON cwstore.erasures USING (cwstore._sees_tenant(te
 --   table.
 --   cwstore_admin, where it exists: a member of cwstore_writer (roles.sql), plus
 --   EXECUTE on the erasure API (90_erasure.sql) and SELECT on cwstore.erasures, both
---   for the tenants it belongs to. The private functions that write (_erase,
---   _create_graph) are granted to nobody: the functions above call them as the owner.
+--   for the tenants it belongs to. The private functions that write or lock (_erase,
+--   _create_graph, _retention_group_lock) are granted to nobody: the functions above
+--   call them as the owner.
 --   Functions are executable by PUBLIC unless revoked, so that is revoked everywhere in
 --   the schema. Run by roles.sql, and by the migration runner after each later
 --   migration in a database whose roles were set up, so new functions get their grants.
@@ -228,7 +229,7 @@ BEGIN
                        WHEN p.proname IN ('erase_graph_v1', 'erase_tenant_v1',
                                           'idle_graphs_v1', 'erase_idle_v1')
                          THEN 'cwstore_admin'
-                       WHEN p.proname IN ('_erase', '_create_graph') THEN NULL
+                       WHEN p.proname IN ('_erase', '_create_graph', '_retention_group_lock') THEN NULL
                        ELSE 'cwstore_reader' END AS grantee
              FROM pg_catalog.pg_proc p
             WHERE p.pronamespace = 'cwstore'::regnamespace AND p.prokind = 'f'

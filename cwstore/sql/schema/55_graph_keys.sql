@@ -79,11 +79,35 @@ BEGIN
   END IF;
 END $$;
 
+-- _retention_group_lock(tenant, group, exclusive) -> whether the lock is held
+--   The transaction-level advisory lock that makes a retention group's creations and
+--   its retention take turns: a transaction that creates a graph in a group holds it
+--   shared until it ends (waiting while a retention holds it), erase_idle_v1 takes it
+--   exclusive, without waiting, before it reads the group's members (false: a creation
+--   is in flight, the group is not idle). Two groups whose keys collide only make one
+--   another wait or be skipped.
+CREATE FUNCTION cwstore._retention_group_lock(p_tenant text, p_group text,
+                                              p_exclusive boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_class constant integer := 1668772455;  -- 'cwrg'
+  v_key integer := pg_catalog.hashtext(p_tenant || '/' || p_group);
+BEGIN
+  IF p_exclusive THEN
+    RETURN pg_catalog.pg_try_advisory_xact_lock(v_class, v_key);
+  END IF;
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(v_class, v_key);
+  RETURN true;
+END $$;
+
 -- _create_graph(name, vocabulary, tenant) -> graph_id
 --   The graph of that name, created in the first free key of its chain unless it exists.
 --   Creations of one name (and of names sharing its first key) take turns on a
 --   transaction-level advisory lock on that key, so two of them never place one name
---   at two keys. Called as the owner (ensure_graph_v1), who sees every graph.
+--   at two keys. A creation in a retention group holds the group's lock shared
+--   (_retention_group_lock) until its transaction ends, so retention cannot take the
+--   rest of the group meanwhile. Called as the owner (ensure_graph_v1), who sees every
+--   graph.
 CREATE FUNCTION cwstore._create_graph(p_name text, p_vocabulary text[], p_tenant text)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -91,8 +115,12 @@ DECLARE
   v_name text;
   v_free integer;
   v_id bigint;
+  v_group text := nullif(pg_catalog.current_setting('cwstore.retention_group', true), '');
 BEGIN
   PERFORM cwstore._check_retention_group();
+  IF v_group IS NOT NULL THEN
+    PERFORM cwstore._retention_group_lock(p_tenant, v_group, false);
+  END IF;
   PERFORM pg_catalog.pg_advisory_xact_lock(cwstore.graph_key(p_name, 0));
   LOOP
     v_free := NULL;

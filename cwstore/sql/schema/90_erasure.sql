@@ -267,9 +267,12 @@ BEGIN
 END $$;
 
 -- _lock_idle_group(tenant, group, cutoff) -> every graph of the group, locked (in key
---   order), when every one is idle before cutoff under its lock; an empty array when
---   any is locked by a writer, was written since, or the group changed meanwhile (then
---   nothing of it is erased). Each member is locked by its key (one shard on Citus).
+--   order), when every one is idle before cutoff under its lock; an empty array when a
+--   graph of the group is being created (the group's lock, _retention_group_lock, is
+--   held by its transaction), or any member is locked by a writer or was written since
+--   (then nothing of it is erased). The group's lock, taken first and held to the end
+--   of the transaction, keeps new members out until the erasure commits. Each member is
+--   locked by its key (one shard on Citus).
 CREATE FUNCTION cwstore._lock_idle_group(p_tenant text, p_group text, p_cutoff timestamptz)
 RETURNS cwstore.graphs[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -277,6 +280,9 @@ DECLARE
   g cwstore.graphs;
   m record;
 BEGIN
+  IF NOT cwstore._retention_group_lock(p_tenant, p_group, true) THEN
+    RETURN '{}';
+  END IF;
   FOR m IN SELECT x.graph_id, x.incarnation FROM cwstore.graphs x
             WHERE x.tenant = p_tenant AND x.retention_group = p_group
             ORDER BY x.graph_id LOOP
@@ -286,12 +292,6 @@ BEGIN
     END IF;
     v_members := v_members || g;
   END LOOP;
-  -- A graph that joined the group meanwhile (created since the list was read).
-  IF (SELECT count(*) FROM cwstore.graphs x
-       WHERE x.tenant = p_tenant AND x.retention_group = p_group)
-     <> cardinality(v_members) THEN
-    RETURN '{}';
-  END IF;
   RETURN v_members;
 END $$;
 
