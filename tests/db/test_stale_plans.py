@@ -105,19 +105,24 @@ def test_the_store_does_not_scan_nodes_with_statistics_of_empty_tables(
     assert _seq_scans(empty_db_dsn) - before < APPENDS // 10
 
 
-def _append_window(c: psycopg.Connection[Any], first: int, heads: dict[str, str]) -> int:
+def _append_window(
+    c: psycopg.Connection[Any], first: int, heads: dict[str, str], declare: bool = False
+) -> int:
     """Ten appends of :data:`KEYS`' next versions in one transaction; the index
     entries its scans of the insert-only tables read (this backend's own count, read
     before and after inside the transaction, so nothing is flushed between). The
     tables updated in place (graphs, frontier_spans, key_heads, kind_counts) leave dead
-    index entries that autovacuum removes, and autovacuum is off here."""
+    index entries that autovacuum removes, and autovacuum is off here. With
+    ``declare``, each append declares the frontier to be its last node alone, as a
+    LangGraph put does (the frontier's history is then derived at every append)."""
     with c.transaction():
         before = _index_reads(c)
         for i in range(first, first + 10):
             batch = [_node(i, heads.get(key), key) for key in KEYS]
+            frontier = json.dumps([batch[-1]["id"]]) if declare else None
             c.execute(
-                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
-                ("g", json.dumps(batch, separators=(",", ":"))),
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, NULL, %s::json)",
+                ("g", json.dumps(batch, separators=(",", ":")), frontier),
             )
             heads.update({key: str(node["id"]) for key, node in zip(KEYS, batch, strict=True)})
         return _index_reads(c) - before
@@ -141,4 +146,19 @@ def test_an_appends_index_reads_do_not_grow_with_the_graph(empty_db_dsn: str) ->
         early = _append_window(c, 0, heads)
         for start in range(10, APPENDS, 10):
             late = _append_window(c, start, heads)
+    assert late <= early * 1.5
+
+
+def test_appends_that_declare_a_frontier_read_no_more_as_the_graph_grows(
+    empty_db_dsn: str,
+) -> None:
+    # Before migration 0014 the run past the watermark and the current heads were read
+    # through nodes_id_key, the graph's whole range each time: 536 index entries for 10
+    # appends early, 9,729 for 10 appends 110 appends later; 160 and 170 now.
+    _analyzed_while_empty(empty_db_dsn)
+    heads: dict[str, str] = {}
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        early = _append_window(c, 0, heads, declare=True)
+        for start in range(10, APPENDS, 10):
+            late = _append_window(c, start, heads, declare=True)
     assert late <= early * 1.5

@@ -215,15 +215,20 @@ DECLARE
   c_parent bigint[];
   c_at bigint[];
 BEGIN
+  -- The run's nodes and edges in nodes_pkey's and edges_pkey's order: only those
+  -- indexes give it, so a plan made while the tables were tiny cannot read the graph's
+  -- whole range through another index that leads with graph_id.
   SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.kind ORDER BY n.seq),
          array_agg(NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
                    ORDER BY n.seq)
     INTO a_seq, a_kind, a_folds
-    FROM cwstore.nodes n
-   WHERE n.graph_id = p_graph_id AND n.seq > p_from AND n.seq <= p_to;
+    FROM (SELECT r.seq, r.kind, r.parents FROM cwstore.nodes r
+           WHERE r.graph_id = p_graph_id AND r.seq > p_from AND r.seq <= p_to
+           ORDER BY r.seq) n;
   SELECT array_agg(e.child_seq), array_agg(e.parent_seq) INTO e_child, e_parent
-    FROM cwstore.edges e
-   WHERE e.graph_id = p_graph_id AND e.child_seq > p_from AND e.child_seq <= p_to;
+    FROM (SELECT r.child_seq, r.parent_seq FROM cwstore.edges r
+           WHERE r.graph_id = p_graph_id AND r.child_seq > p_from AND r.child_seq <= p_to
+           ORDER BY r.child_seq) e;
   SELECT array_agg(x.parent_seq), array_agg(x.close_seq) INTO c_parent, c_at
     FROM (SELECT e.parent_seq, min(e.child_seq) AS close_seq
             FROM unnest(e_child, e_parent) AS e(child_seq, parent_seq)
@@ -579,10 +584,14 @@ BEGIN
       format('frontier references missing node %s', missing));
   END IF;
 
+  -- Each head by a range of one seq in nodes_pkey's order: with seq = u.s the order
+  -- would say nothing, and a plan made while the table was tiny could take nodes_id_key
+  -- and read the graph's whole range.
   SELECT array_agg(n.id ORDER BY u.o) INTO current_heads
     FROM unnest(g_frontier) WITH ORDINALITY AS u(s, o)
     JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
-                   WHERE n.graph_id = NEW.graph_id AND n.seq = u.s LIMIT 1) n ON true;
+                   WHERE n.graph_id = NEW.graph_id AND n.seq >= u.s AND n.seq <= u.s
+                   ORDER BY n.seq LIMIT 1) n ON true;
   IF coalesce(current_heads, '{}') = NEW.heads THEN
     RETURN NULL;
   END IF;

@@ -153,17 +153,21 @@ BEGIN
     RETURN QUERY SELECT f.position, f.seq FROM cwstore._spans_at(p_graph_id, p_seq) f;
   ELSE
     -- The run's folding nodes, and its semantic nodes: of the nodes with parents, the
-    -- only ones that leave the frontier alone (usually none).
+    -- only ones that leave the frontier alone (usually none). Nodes and edges in their
+    -- primary keys' order, as in _derive_spans.
     SELECT array_agg(n.seq ORDER BY n.seq)
              FILTER (WHERE NOT (n.kind = 'semantic'
                                 OR (n.kind = 'system' AND cardinality(n.parents) = 0))),
            coalesce(array_agg(n.seq) FILTER (WHERE n.kind = 'semantic'), '{}')
       INTO v_new, v_semantic
-      FROM cwstore.nodes n
-     WHERE n.graph_id = p_graph_id AND n.seq > g.derived_length AND n.seq <= p_seq;
+      FROM (SELECT r.seq, r.kind, r.parents FROM cwstore.nodes r
+             WHERE r.graph_id = p_graph_id AND r.seq > g.derived_length AND r.seq <= p_seq
+             ORDER BY r.seq) n;
     SELECT array_agg(e.parent_seq) FILTER (WHERE e.child_seq <> ALL (v_semantic)) INTO v_closed
-      FROM cwstore.edges e
-     WHERE e.graph_id = p_graph_id AND e.child_seq > g.derived_length AND e.child_seq <= p_seq;
+      FROM (SELECT r.child_seq, r.parent_seq FROM cwstore.edges r
+             WHERE r.graph_id = p_graph_id AND r.child_seq > g.derived_length
+               AND r.child_seq <= p_seq
+             ORDER BY r.child_seq) e;
     RETURN QUERY
     SELECT u.o::integer - 1, u.s
       FROM unnest(cwstore._fold_frontier(
