@@ -56,8 +56,8 @@ import asyncpg
 
 import cwstore
 from cwstore import compute_id
+from cwstore._jsontext import dumps
 from cwstore.drivers._conninfo import parse_conninfo
-from cwstore.jsontext import dumps
 
 try:
     from eventsourcing.persistence import IntegrityError as EsIntegrityError

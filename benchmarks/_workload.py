@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cwstore import compute_id
-from cwstore.jsontext import dumps
+from cwstore._jsontext import dumps
 
 BASE_TIME = datetime(2026, 12, 2, 14, 38, 31, 376000, tzinfo=UTC)
 

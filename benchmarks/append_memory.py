@@ -40,7 +40,7 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
     import cwstore
 
-from cwstore import compute_id, jsontext, roles
+from cwstore import _jsontext, compute_id, roles
 from cwstore.document import MAX_PAYLOAD_BYTES
 from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
@@ -50,7 +50,7 @@ T0 = "2025-01-01T00:00:00.000Z"
 
 def _fill(unit: Callable[[int], Any], wrap: Callable[[list[Any]], Any]) -> Any:
     """``wrap`` of as many ``unit(i)`` as fit under MAX_PAYLOAD_BYTES."""
-    one = len(jsontext.dumps(unit(10**6)).encode()) + 1  # a member "k":1 as ["k",1] is 1 more
+    one = len(_jsontext.dumps(unit(10**6)).encode()) + 1  # a member "k":1 as ["k",1] is 1 more
     n = (MAX_PAYLOAD_BYTES - 64) // one
     return wrap([unit(10**6 + i) for i in range(n)])
 
@@ -111,10 +111,10 @@ def measure_append(dsn: str, payload_text: str, node: dict[str, Any]) -> tuple[i
     small = _node({"a": 1})
     with psycopg.connect(dsn, autocommit=True) as c:
         pid = c.info.backend_pid
-        batch = jsontext.dumps([small])
+        batch = _jsontext.dumps([small])
         c.execute("SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (_name(), batch))
         before = _status(pid)
-        big = '[{"id":' + jsontext.dumps(node["id"]) + ',"kind":"tool_result","parents":[],'
+        big = '[{"id":' + _jsontext.dumps(node["id"]) + ',"kind":"tool_result","parents":[],'
         big += '"payload":' + payload_text + ',"createdAt":"' + T0 + '"}]'
         t = time.perf_counter()
         c.execute("SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (_name(), big))
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'shape':<14} {'payload':>10} " + " ".join(f"{d:>22}" for d in args.doors))
         for shape in args.shapes:
             payload = SHAPES[shape]()
-            text = jsontext.dumps(payload)
+            text = _jsontext.dumps(payload)
             size = len(text.encode())
             node = _node(payload)
             cells = []

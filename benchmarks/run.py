@@ -50,9 +50,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cwstore import AgentState, CausalNode, compute_id, fold_frontier
+from cwstore._jsontext import dumps
 from cwstore._store_base import COPY_COLUMNS
 from cwstore.document import nodes_from_objs
-from cwstore.jsontext import dumps
 
 HERE = Path(__file__).resolve().parent
 NOT_INSTALLED = "not installed (pip install -e '.[bench]')"

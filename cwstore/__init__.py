@@ -5,9 +5,17 @@ Public names only; everything else is private and may move.
 
 from ._rows import node_from_row
 from ._sql import named_queries
-from ._store_base import NodeLike, StateLike
 from .appending import PreparedAppend, prepare_append
-from .document import KINDS, AgentState, CausalNode, Vocabulary, fold_frontier, validate
+from .document import (
+    KINDS,
+    AgentState,
+    CausalNode,
+    NodeLike,
+    StateLike,
+    Vocabulary,
+    fold_frontier,
+    validate,
+)
 from .drivers._protocol import AsyncConnection, AsyncListener, Connection, Listener, Row
 from .errors import (
     AppendOnlyError,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import jsontext
-from ._args import check_read_length
+from . import _jsontext
+from ._arg_checks import check_read_length
 from .document import AgentState, CausalNode, nodes_from_objs
 from .drivers._protocol import Row
 from .results import ErasedGraph, ErasedIdleGraph, GraphInfo, IdleGraph, KeyVersion
@@ -62,7 +62,7 @@ def node_from_row(row: Row) -> CausalNode:
         id=row["id"],
         kind=row["kind"],
         parents=tuple(row["parents"]),
-        payload=jsontext.loads(row["payload_text"]),
+        payload=_jsontext.loads(row["payload_text"]),
         created_at=row["created_at_text"],
         sequence=int(row["seq"]),
         resource_key=row["resource_key"],
@@ -84,7 +84,7 @@ def stored_nodes(batch: list[dict[str, Any]], rows: Sequence[Row]) -> list[Causa
                 id=r["id"],
                 kind=n["kind"],
                 parents=tuple(n["parents"]),
-                payload=n["payload"] if r["written"] else jsontext.loads(r["payload_text"]),
+                payload=n["payload"] if r["written"] else _jsontext.loads(r["payload_text"]),
                 created_at=r["created_at"],
                 sequence=int(r["seq"]),
                 resource_key=n.get("resourceKey"),
@@ -103,7 +103,7 @@ def key_version(key: str, row: Row) -> KeyVersion:
         kind=row["kind"],
         created_at=row["created_at_text"],
         recorded_at=row["recorded_at"],
-        payload=jsontext.loads(row["payload_text"]),
+        payload=_jsontext.loads(row["payload_text"]),
     )
 
 
@@ -123,14 +123,14 @@ def export_text(nodes_array: str, frontier: Sequence[str]) -> str:
         '{"version":1,"nodes":'
         + nodes_array
         + ',"frontier":'
-        + jsontext.dumps(list(frontier))
+        + _jsontext.dumps(list(frontier))
         + "}"
     )
 
 
 def state_from_text(nodes_array: str, frontier: Sequence[str]) -> AgentState:
     """An :class:`AgentState` from the nodes' JSON array text (parsed once, in C)."""
-    nodes = jsontext.loads_stored(nodes_array)
+    nodes = _jsontext.loads_stored(nodes_array)
     return AgentState.model_construct(
         version=1, nodes=nodes_from_objs(nodes), frontier=tuple(frontier)
     )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
-from . import jsontext
+from . import _jsontext
 from .errors import InputError, Violation
 from .identity import identity_digest
 
@@ -249,7 +249,7 @@ def _valid_time(value: str) -> bool:
 
 
 def _json_length(value: Any) -> int:
-    text = jsontext.dumps(value)
+    text = _jsontext.dumps(value)
     return len(text) if text.isascii() else len(_utf16(text)) // 2
 
 
@@ -412,11 +412,11 @@ def _check_node(
 
 
 def _check_fields(node: dict[str, Any], np: str, bad: Bad, optional: frozenset[str]) -> None:
-    if isinstance(node, jsontext.DuplicateKeysDict):
+    if isinstance(node, _jsontext.DuplicateKeysDict):
         bad("shape", np, _repeats("node", node))
     for name in node:
         if name not in NODE_FIELDS:
-            bad("shape", jsontext.path_key(np, name), f"unknown node field {name!r}")
+            bad("shape", _jsontext.path_key(np, name), f"unknown node field {name!r}")
     for f in _REQUIRED_NODE_FIELDS:
         if f not in node and f not in optional:
             bad("shape", np, f"node is missing field {f!r}")
@@ -467,7 +467,7 @@ def _check_parents(
         return False
     ok = True
     for j, p in enumerate(parents):
-        if jsontext._bad_string(p):
+        if _jsontext._bad_string(p):
             bad("unrepresentable", f"{np}.parents[{j}]", "parent id holds a lone surrogate")
             ok = False
     all_ids = state.all_ids or set()
@@ -494,7 +494,7 @@ def _check_payload(node: dict[str, Any], np: str, bad: Bad) -> bool:
     if "payload" not in node:
         return False
     ok = True
-    for code, where, message in jsontext.problems(node["payload"], f"{np}.payload"):
+    for code, where, message in _jsontext.problems(node["payload"], f"{np}.payload"):
         bad(code, where, message)
         ok = False
     return ok
@@ -532,11 +532,11 @@ def _check_resource_key(node: dict[str, Any], np: str, bad: Bad) -> tuple[str | 
         return None, True
     rk = node["resourceKey"]
     where = f"{np}.resourceKey"
-    if isinstance(rk, jsontext.BadNumber):
+    if isinstance(rk, _jsontext.BadNumber):
         bad("unrepresentable", where, f"{rk} is not a JSON value")
     elif not _is_str(rk) or rk == "":
         bad("shape", where, "resourceKey must be a non-empty string when present (never null)")
-    elif "\x00" in rk or jsontext._bad_string(rk):
+    elif "\x00" in rk or _jsontext._bad_string(rk):
         bad(
             "unrepresentable",
             where,
@@ -569,7 +569,7 @@ def _check_chain(
 
 def _check_size(node: dict[str, Any], np: str, bad: Bad, hashed: int) -> None:
     if hashed > MAX_PAYLOAD_BYTES:  # the hashed text bounds the payload's length
-        size = len(jsontext.dumps(node["payload"]).encode("utf-8"))
+        size = len(_jsontext.dumps(node["payload"]).encode("utf-8"))
         if size > MAX_PAYLOAD_BYTES:
             bad(
                 "too_large",
@@ -588,7 +588,7 @@ def _check_semantic(
         return
     extra = [k for k in payload if k not in ("type", "key", "content")]
     for k in extra:
-        bad("semantic_payload", jsontext.path_key(pp, k), f"unknown semantic field {k!r}")
+        bad("semantic_payload", _jsontext.path_key(pp, k), f"unknown semantic field {k!r}")
     for k in ("type", "key", "content"):
         if k not in payload:
             bad("semantic_payload", pp, f"semantic payload is missing {k!r}")
@@ -634,7 +634,7 @@ def _check_semantic(
             )
 
 
-def _repeats(what: str, obj: jsontext.DuplicateKeysDict) -> str:
+def _repeats(what: str, obj: _jsontext.DuplicateKeysDict) -> str:
     names = ", ".join(map(repr, obj.duplicates))
     return f"{what} repeats member name(s) {names}: JSON.parse would keep only the last"
 
@@ -742,7 +742,7 @@ def validate_in_slices(
         )
         return
     out: list[Violation] = []
-    if isinstance(state, jsontext.DuplicateKeysDict):
+    if isinstance(state, _jsontext.DuplicateKeysDict):
         out.append(Violation("shape", None, None, "$", _repeats("document", state)))
     for name in state:
         if name not in _TOP_FIELDS:
@@ -751,7 +751,7 @@ def validate_in_slices(
                     "shape",
                     None,
                     None,
-                    jsontext.path_key("$", name),
+                    _jsontext.path_key("$", name),
                     f"unknown top-level field {name!r}",
                 )
             )

@@ -1,20 +1,20 @@
 """What the stores send, decided without I/O: the named queries, a batch to append, a
 document to import (its rows, in slices), and the sizes that bound them.
 
-With :mod:`cwstore._args` (arguments checked) and :mod:`cwstore._rows` (rows read back),
+With :mod:`cwstore._arg_checks` (arguments checked) and :mod:`cwstore._rows` (rows read back),
 each store method is a few lines: check and prepare here, run a named query through its
 driver, map rows back. Keeping these pure is what lets the two stores stay twins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any, LiteralString, TypeAlias
+from typing import Any, LiteralString
 
-from . import jsontext
+from . import _jsontext
 from ._sql import queries
 from .document import (
     NODE_FIELDS,
@@ -47,14 +47,6 @@ def q(name: str) -> LiteralString:
     """A named query from ``cwstore/sql/queries.sql``."""
     return _Q[name]
 
-
-StateLike: TypeAlias = "AgentState | Mapping[str, Any] | str | bytes | bytearray"
-"""What a store takes as a whole state: an :class:`AgentState`, parsed AgentState v1
-JSON (a dict), or its JSON text."""
-
-NodeLike: TypeAlias = "CausalNode | Mapping[str, Any]"
-"""What a store takes as a node to append: a :class:`CausalNode` or its JSON object (a
-dict), in which ``id``, ``sequence`` and ``createdAt`` may be left out."""
 
 COPY_COLUMNS = (
     "graph_id",
@@ -115,7 +107,7 @@ class ImportPlan:
                     n["id"],
                     n["kind"],
                     n["parents"],
-                    jsontext.dumps(n["payload"]),
+                    _jsontext.dumps(n["payload"]),
                     n["createdAt"],
                     n.get("resourceKey"),
                 )
@@ -223,7 +215,7 @@ def prepare_batch(
             violations.append(
                 Violation("shape", None, None, "$.frontier", "frontier must be a list of node ids")
             )
-        elif any(jsontext._bad_string(f) or "\x00" in f for f in frontier):
+        elif any(_jsontext._bad_string(f) or "\x00" in f for f in frontier):
             violations.append(
                 Violation(
                     "unrepresentable",
@@ -244,8 +236,8 @@ def prepare_batch(
     done = [{k: n[k] for k in NODE_FIELDS if k in n} | n for n in done]
     return PreparedBatch(
         nodes=done,
-        json=jsontext.dumps(done),
-        frontier_json=None if frontier is None else jsontext.dumps(list(frontier)),
+        json=_jsontext.dumps(done),
+        frontier_json=None if frontier is None else _jsontext.dumps(list(frontier)),
     )
 
 

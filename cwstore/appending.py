@@ -23,10 +23,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._args import check_expected_length, check_graph_name, check_incarnation, check_retention_group
+from ._arg_checks import (
+    check_expected_length,
+    check_graph_name,
+    check_incarnation,
+    check_retention_group,
+)
 from ._rows import stored_nodes
-from ._store_base import NodeLike, prepare_batch
-from .document import CausalNode
+from ._store_base import prepare_batch
+from .document import CausalNode, NodeLike
 from .drivers._protocol import Row
 from .errors import Error, renumber
 

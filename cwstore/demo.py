@@ -560,7 +560,7 @@ def run_demo(
     graph:
         The graph to write (must hold no nodes); None for a new ``demo-…`` name.
     """
-    from .dsn import resolve_dsn
+    from ._dsn import resolve_dsn
 
     if not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")

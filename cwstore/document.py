@@ -8,6 +8,9 @@ names are the runtime's camelCase aliases. Parsing goes through :func:`validate`
 first, so malformed input is a :class:`cwstore.ValidationError` listing every
 violation, never a pydantic traceback.
 
+:data:`NodeLike` and :data:`StateLike` name what a store takes as a node and as a whole
+state.
+
 The rules (pure, no I/O) are written in :mod:`cwstore._rules` and imported from here:
 
 * :func:`validate` checks every safeguard of SPEC section 6 and reports **every**
@@ -24,11 +27,11 @@ The rules (pure, no I/O) are written in :mod:`cwstore._rules` and imported from 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
-from . import jsontext
+from . import _jsontext
 from ._rules import (
     BUILTIN_TYPES,
     KINDS,
@@ -72,6 +75,8 @@ __all__ = [
     "CausalNode",
     "CheckState",
     "Kind",
+    "NodeLike",
+    "StateLike",
     "Vocabulary",
     "check_nodes",
     "fold_frontier",
@@ -119,7 +124,7 @@ class CausalNode(BaseModel, _NodeModel):
 
     def to_json(self) -> str:
         """Compact JSON exactly as the runtime's ``JSON.stringify`` writes the node."""
-        return jsontext.dumps(self.to_obj())
+        return _jsontext.dumps(self.to_obj())
 
     @classmethod
     def from_obj(cls, obj: dict[str, Any]) -> CausalNode:
@@ -179,7 +184,7 @@ class AgentState(BaseModel, _StateModel):
 
     def to_json(self) -> str:
         """Compact JSON as the runtime writes it; ``from_json(to_json())`` is exact."""
-        return jsontext.dumps(self.to_obj())
+        return _jsontext.dumps(self.to_obj())
 
     @classmethod
     def from_obj(cls, obj: Any, *, vocabulary: Vocabulary | None = None) -> AgentState:
@@ -204,6 +209,15 @@ class AgentState(BaseModel, _StateModel):
         return cls.from_obj(parse_document(text), vocabulary=vocabulary)
 
 
+NodeLike: TypeAlias = CausalNode | Mapping[str, Any]
+"""What a store takes as a node to append: a :class:`CausalNode` or its JSON object (a
+dict), in which ``id``, ``sequence`` and ``createdAt`` may be left out."""
+
+StateLike: TypeAlias = AgentState | Mapping[str, Any] | str | bytes | bytearray
+"""What a store takes as a whole state: an :class:`AgentState`, parsed AgentState v1
+JSON (a dict), or its JSON text."""
+
+
 def parse_document(text: str | bytes) -> Any:
     """Decode and parse a document's text, or raise :class:`cwstore.InputError`.
 
@@ -222,6 +236,6 @@ def parse_document(text: str | bytes) -> Any:
     if not text.strip():
         raise InputError("input is empty: expected an AgentState JSON document")
     try:
-        return jsontext.loads(text)
-    except jsontext.JSONTextError as exc:
+        return _jsontext.loads(text)
+    except _jsontext.JSONTextError as exc:
         raise InputError(f"input is not valid JSON: {exc}") from None

@@ -28,7 +28,7 @@ from typing import Any
 
 import icu
 
-from .jsontext import write
+from ._jsontext import write
 
 __all__ = ["ICU_VERSION", "canonical_json", "compute_id", "identity_object", "key_order"]
 
@@ -106,7 +106,10 @@ def compute_id(kind: str, parents: list[str], payload: Any, resource_key: str | 
 
     ``parents`` are hashed as given: the runtime stores them sorted and unique, and
     callers that build nodes should sort them first (:func:`cwstore.document.sort_parents`).
-    The value must be free of :func:`cwstore.jsontext.problems`.
+    The payload must be JSON that can be kept exactly (what :func:`cwstore.validate`
+    would not report as ``unrepresentable`` or ``shape``: no NaN or Infinity, integers
+    within ±(2**53-1), no lone surrogates, no key given twice, nesting at most 10,000
+    levels).
     """
     return identity_digest(kind, parents, payload, resource_key)[0]
 

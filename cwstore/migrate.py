@@ -46,8 +46,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._lazy_exports import runner_attribute
 from ._migration_plan import DEFAULT_LOCK_TIMEOUT, AppliedMigration, MigrationStatus, Setup, plan
-from ._runner import runner_attribute
 
 if TYPE_CHECKING:
     from ._migrate_async import (

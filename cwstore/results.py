@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ._jsontext import loads_stored
 from .document import CausalNode
 from .errors import InputError
-from .jsontext import loads_stored
 
 __all__ = [
     "Cursor",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ._runner import runner_attribute
+from ._lazy_exports import runner_attribute
 
 if TYPE_CHECKING:
     from ._migrate_async import add_tenant_member, install_roles

@@ -6,7 +6,7 @@
 
 Every write is one call of a SQL function (or, for import, one COPY between two), so
 the rules live in the database and this class stays thin: check arguments with
-:mod:`cwstore._args`, prepare what to send with :mod:`cwstore._store_base`, run a named
+:mod:`cwstore._arg_checks`, prepare what to send with :mod:`cwstore._store_base`, run a named
 query, map rows back with :mod:`cwstore._rows` (all three without I/O).
 
 The client is written once: ``tools/async_to_sync.py`` generates ``cwstore/store.py``
@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from ._args import (
+from ._arg_checks import (
     as_of_args,
     check_after,
     check_batch,
@@ -44,6 +44,7 @@ from ._args import (
     timeout_settings,
     vocabulary_arg,
 )
+from ._dsn import resolve_dsn
 from ._rows import (
     erased_graph,
     erased_idle_graph,
@@ -56,20 +57,27 @@ from ._rows import (
     state_from_text,
     stored_nodes,
 )
+from ._saving import (
+    AppendNodes,
+    FindMismatch,
+    Read,
+    ReadGraph,
+    Saved,
+    SavePlan,
+    StoredGraph,
+)
 from ._store_base import (
     BULK_ANALYZE_THRESHOLD,
     COPY_COLUMNS,
     IMPORT_CHUNK_ROWS,
     TAIL_BATCH_BYTES,
     ImportPlan,
-    NodeLike,
-    StateLike,
     q,
 )
+from ._suffix import SaveMemory
 from .appending import prepare_append
-from .document import AgentState, CausalNode, Vocabulary
+from .document import AgentState, CausalNode, NodeLike, StateLike, Vocabulary
 from .drivers._protocol import Connection, Listener, Pool, Row
-from .dsn import resolve_dsn
 from .errors import (
     Error,
     GraphErasedError,
@@ -87,16 +95,6 @@ from .results import (
     Projection,
     TailItem,
 )
-from .saving import (
-    AppendNodes,
-    FindMismatch,
-    Read,
-    ReadGraph,
-    Saved,
-    SavePlan,
-    StoredGraph,
-)
-from .suffix import SaveMemory
 
 __all__ = ["Store", "connect_sync"]
 
@@ -439,7 +437,7 @@ class Store:
         written. The state's frontier is declared after the new nodes. Returns the nodes
         this call wrote. A concurrent writer makes it a :class:`LengthConflictError`.
 
-        Only the nodes past the stored prefix are validated (:mod:`cwstore.suffix`);
+        Only the nodes past the stored prefix are validated (:mod:`cwstore._suffix`);
         the prefix is compared by id. After this store's first save of a graph it
         remembers the graph's ids, so a save then reads nothing back and costs time in
         proportion to the new nodes (plus, for a dict, reading each node's id; the
@@ -452,7 +450,7 @@ class Store:
         :class:`GraphErasedError` when the graph is erased while this call writes it
         (nothing was written).
 
-        What it reads and writes, and when, is decided by :mod:`cwstore.saving`; this
+        What it reads and writes, and when, is decided by :mod:`cwstore._saving`; this
         method only performs it.
         """
         check_graph_name(graph)
@@ -477,7 +475,7 @@ class Store:
         return step.nodes
 
     def _read_for_save(self, conn: Connection, graph: str, step: Read) -> Any:
-        """What :class:`~cwstore.saving.SavePlan` asked to read, as it asked for it."""
+        """What :class:`~cwstore._saving.SavePlan` asked to read, as it asked for it."""
         if isinstance(step, ReadGraph):
             row = conn.fetchrow(q("graph_get"), graph)
             if row is None:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import jsontext
+from .. import _jsontext
 from ..document import Vocabulary, parse_document, validate
 from ..errors import Error, InputError, ValidationError, Violation
 from . import db, demo, erase, langgraph, read, view
@@ -75,7 +75,7 @@ def _check_text_options(args: argparse.Namespace) -> None:
             continue
         values = value if isinstance(value, list) else [value]
         for v in values:
-            if isinstance(v, str) and ("\x00" in v or jsontext._bad_string(v)):
+            if isinstance(v, str) and ("\x00" in v or _jsontext._bad_string(v)):
                 option = "--" + name.replace("_", "-")
                 raise InputError(f"{option}: the value is not UTF-8 text (or holds NUL)")
 

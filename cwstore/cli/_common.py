@@ -9,9 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._args import POOLERS
+from .._arg_checks import POOLERS
+from .._dsn import resolve_dsn
 from ..document import Vocabulary, parse_document
-from ..dsn import resolve_dsn
 from ..errors import InputError
 
 if TYPE_CHECKING:

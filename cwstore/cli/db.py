@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from .. import jsontext
+from .. import _jsontext
 from ..document import parse_document
 from ..errors import InputError
 from ..results import ErasedItem
@@ -22,7 +22,7 @@ __all__ = ["register"]
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .. import migrate, roles
-    from .._args import check_pooler
+    from .._arg_checks import check_pooler
     from ..drivers.psycopg import open_connection
 
     members = _tenant_members(args.tenant)
@@ -85,7 +85,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         text = store.export_json(args.graph, as_of=as_of(args))
     if args.indent:
-        text = jsontext.pretty(jsontext.loads_stored(text), args.indent)
+        text = _jsontext.pretty(_jsontext.loads_stored(text), args.indent)
     sys.stdout.write(text + "\n")
     return 0
 

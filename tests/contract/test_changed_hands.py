@@ -38,7 +38,7 @@ from support.tenants import (
 )
 
 import cwstore
-from cwstore import jsontext
+from cwstore import _jsontext
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("CWSTORE_TEST_CITUS_DSN")),
@@ -103,7 +103,7 @@ def assert_erased_meanwhile(outcome: Any) -> None:
 
 
 def test_append_v1_never_writes_the_new_graph(setup: Roles, hands: ChangingHands) -> None:
-    batch = jsontext.dumps([node("answer", "A's late answer", [hands.a_nodes[0]["id"]])])
+    batch = _jsontext.dumps([node("answer", "A's late answer", [hands.a_nodes[0]["id"]])])
     outcome = race(
         hands,
         setup.names["writer_a"],
@@ -122,7 +122,7 @@ def test_append_v1_of_a_new_life_never_writes_another_tenants(
     setup: Roles, hands: ChangingHands
 ) -> None:
     """A batch with no parent in A's life (so no parent check can catch it)."""
-    batch = jsontext.dumps([node("goal", "A's goal, no parents")])
+    batch = _jsontext.dumps([node("goal", "A's goal, no parents")])
     outcome = race(
         hands,
         setup.names["writer_a"],
@@ -164,7 +164,7 @@ def test_a_door_by_graph_id_never_takes_the_new_graph(
     a = node("goal", "A's imported secret")
     params: tuple[Any, ...] = (empty_hands.graph_id,)
     if "import_rows_v1" in statement:
-        params += (a["id"], jsontext.dumps(a["payload"]), a["createdAt"])
+        params += (a["id"], _jsontext.dumps(a["payload"]), a["createdAt"])
     outcome = race(
         empty_hands,
         setup.names["writer_a"],
@@ -215,7 +215,7 @@ def test_an_append_naming_a_life_writes_that_life_or_nothing(
     with psycopg.connect(setup.owner, autocommit=True) as conn:
         appended = conn.execute(
             "SELECT seq, incarnation FROM cwstore.append_v1(%s, %s::json, NULL, NULL, %s)",
-            (hands.name, jsontext.dumps([later]), hands.a_incarnation),
+            (hands.name, _jsontext.dumps([later]), hands.a_incarnation),
         ).fetchall()
     assert appended == [(2, hands.a_incarnation)]
     stale = hands.a_incarnation + 1
@@ -224,7 +224,7 @@ def test_an_append_naming_a_life_writes_that_life_or_nothing(
             setup.owner,
             "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, NULL, NULL, %s)",
             name,
-            jsontext.dumps([node("goal", "nowhere")]),
+            _jsontext.dumps([node("goal", "nowhere")]),
             stale,
         )
         assert_erased_meanwhile(outcome)
@@ -350,7 +350,7 @@ async def test_save_never_lands_on_a_later_life_of_the_same_length(store: Any, d
         conn.execute("SELECT cwstore.erase_graph_v1(%s)", (name,))
         conn.execute(
             "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
-            (name, jsontext.dumps([other])),
+            (name, _jsontext.dumps([other])),
         )
     unrelated = node("goal", f"{name} an unrelated goal of the first life's state")
     state["nodes"].append({**unrelated, "sequence": 2})
@@ -387,7 +387,7 @@ def test_cli_import_gets_graph_erased(
 ) -> None:
     doc = tmp_path / "state.json"
     doc.write_text(
-        jsontext.dumps(
+        _jsontext.dumps(
             {
                 "version": 1,
                 "nodes": [{**node("goal", "A's imported secret"), "sequence": 1}],

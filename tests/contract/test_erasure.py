@@ -54,7 +54,7 @@ from support.nodes import node
 from support.stores import dsn_as
 
 import cwstore
-from cwstore import jsontext, roles
+from cwstore import _jsontext, roles
 from cwstore.drivers.psycopg import PsycopgConnection
 
 ON_CITUS = bool(os.environ.get("CWSTORE_TEST_CITUS_DSN"))
@@ -87,7 +87,7 @@ def new_graph(prefix: str = "er") -> str:
 def append_sql(conn: psycopg.Connection[Any], graph: str, nodes: list[dict[str, Any]]) -> list[int]:
     """append_v1 through SQL; the sequences of the nodes, in order."""
     rows = conn.execute(
-        "SELECT seq FROM cwstore.append_v1(%s, %s::json)", (graph, jsontext.dumps(nodes))
+        "SELECT seq FROM cwstore.append_v1(%s, %s::json)", (graph, _jsontext.dumps(nodes))
     ).fetchall()
     return [int(r[0]) for r in rows]
 
@@ -659,7 +659,7 @@ async def test_erasure_under_live_writers(setup: Roles) -> None:
     reader = await asyncpg.connect(setup.owner)
     eraser = await asyncpg.connect(setup.admin_a)
     try:
-        await writers[0].fetch(APPEND_ASYNC, g, jsontext.dumps([seed]))
+        await writers[0].fetch(APPEND_ASYNC, g, _jsontext.dumps([seed]))
         gid = int(await reader.fetchval("SELECT graph_id FROM cwstore.graphs WHERE name = $1", g))
         incarnation = await reader.fetchval(
             "SELECT incarnation FROM cwstore.graphs WHERE graph_id = $1", gid
@@ -677,7 +677,7 @@ async def test_erasure_under_live_writers(setup: Roles) -> None:
                     node("inference", {"w": i, "k": k, "j": j}, [seed["id"]]) for j in range(3)
                 ]
                 try:
-                    rows = await conn.fetch(APPEND_ASYNC, g, jsontext.dumps(batch))
+                    rows = await conn.fetch(APPEND_ASYNC, g, _jsontext.dumps(batch))
                 except asyncpg.PostgresError as exc:
                     detail = json.loads(exc.detail) if exc.detail else None
                     endings[i] = (exc.sqlstate, detail, str(exc))
@@ -747,9 +747,9 @@ async def test_erasure_under_live_writers(setup: Roles) -> None:
 
         # The name again: a new life, from sequence 1, with nothing of the old.
         fresh = node("system", f"second life of {g}")
-        assert [r[0] for r in await writers[0].fetch(APPEND_ASYNC, g, jsontext.dumps([fresh]))] == [
-            1
-        ]
+        assert [
+            r[0] for r in await writers[0].fetch(APPEND_ASYNC, g, _jsontext.dumps([fresh]))
+        ] == [1]
         row = await reader.fetchrow(
             "SELECT graph_id, length, incarnation FROM cwstore.graphs WHERE name = $1", g
         )
@@ -876,7 +876,7 @@ def test_an_append_expecting_a_length_does_not_bring_an_erased_graph_back(db_dsn
             err = refusal(
                 db_dsn,
                 "SELECT * FROM cwstore.append_v1(%s, %s::json, %s)",
-                (g, jsontext.dumps([node("goal", "again")]), expected),
+                (g, _jsontext.dumps([node("goal", "again")]), expected),
             )
             assert err.sqlstate == "CW409", err
         assert one(c, "SELECT count(*) FROM cwstore.graphs WHERE name = %s", (g,)) == 0
@@ -884,7 +884,7 @@ def test_an_append_expecting_a_length_does_not_bring_an_erased_graph_back(db_dsn
         # Expecting 0 is what a new graph has.
         out = c.execute(
             "SELECT seq FROM cwstore.append_v1(%s, %s::json, 0)",
-            (g, jsontext.dumps([node("goal", "again")])),
+            (g, _jsontext.dumps([node("goal", "again")])),
         ).fetchall()
         assert out == [(1,)]
 

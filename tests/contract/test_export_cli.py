@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from support import EXAMPLE_FILE
 
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.document import fold_frontier, validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,13 +61,13 @@ def imported(cli: Callable[..., Any]) -> str:
 
 
 def example() -> dict[str, Any]:
-    return jsontext.loads(EXAMPLE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    return _jsontext.loads(EXAMPLE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
 def prefix(doc: dict[str, Any], s: int) -> str:
     nodes = doc["nodes"][:s]
     frontier = doc["frontier"] if s == len(doc["nodes"]) else fold_frontier(nodes)
-    return jsontext.dumps({"version": 1, "nodes": nodes, "frontier": frontier})
+    return _jsontext.dumps({"version": 1, "nodes": nodes, "frontier": frontier})
 
 
 def no_traceback(done: subprocess.CompletedProcess[str]) -> None:
@@ -78,7 +78,7 @@ def no_traceback(done: subprocess.CompletedProcess[str]) -> None:
 def test_export_equals_the_input(cli: Callable[..., Any], imported: str) -> None:
     done = cli("export", "--graph", imported)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == jsontext.dumps(example()) + "\n"
+    assert done.stdout == _jsontext.dumps(example()) + "\n"
     with EXAMPLE.open(encoding="utf-8") as f:
         assert done.stdout.rstrip("\n") == json.dumps(
             json.load(f), separators=(",", ":"), ensure_ascii=False
@@ -91,14 +91,14 @@ def test_import_again_is_refused(cli: Callable[..., Any], imported: str) -> None
     no_traceback(done)
     assert imported in done.stderr
     assert "16" in done.stderr  # how many nodes it already holds
-    assert cli("export", "--graph", imported).stdout == jsontext.dumps(example()) + "\n"
+    assert cli("export", "--graph", imported).stdout == _jsontext.dumps(example()) + "\n"
 
 
 def test_export_as_of_a_sequence(cli: Callable[..., Any], imported: str) -> None:
     done = cli("export", "--graph", imported, "--as-of", "5")
     assert done.returncode == 0, done.stderr
     assert done.stdout == prefix(example(), 5) + "\n"
-    assert validate(jsontext.loads(done.stdout)) == []
+    assert validate(_jsontext.loads(done.stdout)) == []
     done = cli("export", "--graph", imported, "--as-of", "0")
     assert done.stdout == '{"version":1,"nodes":[],"frontier":[]}\n'
 
@@ -106,7 +106,7 @@ def test_export_as_of_a_sequence(cli: Callable[..., Any], imported: str) -> None
 def test_export_as_of_a_time(cli: Callable[..., Any], imported: str) -> None:
     done = cli("export", "--graph", imported, "--as-of-time", "2026-12-02T14:38:31.386Z")
     assert done.returncode == 0, done.stderr
-    assert len(jsontext.loads(done.stdout)["nodes"]) == 7
+    assert len(_jsontext.loads(done.stdout)["nodes"]) == 7
     assert done.stdout == prefix(example(), 7) + "\n"
     same = cli("export", "--graph", imported, "--as-of-time", "2026-12-02T16:38:31.386+02:00")
     assert same.stdout == done.stdout
@@ -164,7 +164,7 @@ def test_import_from_stdin(cli: Callable[..., Any]) -> None:
     name = f"cli-{uuid.uuid4().hex}"
     done = cli("import", "-", "--graph", name, stdin=EXAMPLE.read_text(encoding="utf-8"))
     assert done.returncode == 0, done.stderr
-    assert cli("export", "--graph", name).stdout == jsontext.dumps(example()) + "\n"
+    assert cli("export", "--graph", name).stdout == _jsontext.dumps(example()) + "\n"
 
 
 def test_unknown_graph(cli: Callable[..., Any]) -> None:

@@ -28,7 +28,7 @@ from cwstore import (
     UnknownGraphError,
     ValidationError,
     Vocabulary,
-    jsontext,
+    _jsontext,
 )
 from cwstore.document import fold_frontier, validate
 
@@ -42,12 +42,12 @@ Stored = Callable[[str], tuple[int | None, int]]
 
 def example() -> dict[str, Any]:
     """A fresh parsed copy of the runtime's example document (member order kept)."""
-    return jsontext.loads(EXAMPLE_TEXT)  # type: ignore[no-any-return]
+    return _jsontext.loads(EXAMPLE_TEXT)  # type: ignore[no-any-return]
 
 
 def compact(doc: Any) -> str:
     """The document as the runtime's ``JSON.stringify`` writes it."""
-    return jsontext.dumps(doc)
+    return _jsontext.dumps(doc)
 
 
 def prefix_doc(doc: dict[str, Any], s: int) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def odd_state() -> dict[str, Any]:
         call = b.tool_call("write_file", {"file_path": f"odd/{i}.json", "content": value})
         res = b.tool_result("write_file", {"ok": True, "echo": value}, parents=[call["id"]])
         b.resource(f"odd/{i}.json", value, parents=[res["id"]])
-        if len(jsontext.dumps(value)) <= 100_000:  # the runtime's limit for content
+        if len(_jsontext.dumps(value)) <= 100_000:  # the runtime's limit for content
             b.semantic("memory", f"odd.{i}", value, parents=[res["id"]])
         b.inference(value)
     # resource keys are exported through PostgreSQL's to_json: escapes must match JS
@@ -251,7 +251,7 @@ async def test_generated_round_trip_is_byte_exact(store: Any, graph: str, name: 
     assert await store.length(graph) == len(doc["nodes"])
     assert await store.frontier(graph) == doc["frontier"]
     # the export is what the runtime reads back: valid, and equal as parsed JSON too
-    back = jsontext.loads(await store.export_json(graph))
+    back = _jsontext.loads(await store.export_json(graph))
     assert validate(back) == []
     assert back == doc
 
@@ -281,7 +281,7 @@ async def test_every_prefix_exports_as_the_runtime_would_write_it(
         want = prefix_doc(doc, s)
         out = await store.export_json(graph, as_of=s)
         assert out == compact(want), f"as_of={s}"
-        assert validate(jsontext.loads(out)) == [], f"as_of={s}"
+        assert validate(_jsontext.loads(out)) == [], f"as_of={s}"
     assert await store.export_json(graph, as_of=n) == compact(doc)
     for s in (0, n // 2, n - 1, n):
         state = await store.replay(graph, as_of=s)
@@ -321,7 +321,7 @@ async def test_example_as_of_a_time(store: Any, graph: str, moment: datetime, co
     await store.import_state(graph, doc)
     out = await store.export_json(graph, as_of=moment)
     assert out == compact(prefix_doc(doc, count))
-    assert len(jsontext.loads(out)["nodes"]) == count
+    assert len(_jsontext.loads(out)["nodes"]) == count
     assert (await store.replay(graph, as_of=moment)).to_json() == out
 
 
@@ -366,7 +366,7 @@ async def test_as_of_a_time_below_a_microsecond(store: Any, graph: str) -> None:
     assert doc["nodes"][4]["createdAt"] == "2026-12-02T14:38:31.4000004Z"
     await store.import_state(graph, doc)
     out = await store.export_json(graph, as_of=_t("2026-12-02T14:38:31.400000Z"))
-    assert len(jsontext.loads(out)["nodes"]) == 4
+    assert len(_jsontext.loads(out)["nodes"]) == 4
     assert out == compact(prefix_doc(doc, 4))
 
 

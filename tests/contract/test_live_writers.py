@@ -29,9 +29,9 @@ from cwstore import (
     LengthConflictError,
     ValidationError,
     Vocabulary,
+    _jsontext,
     compute_id,
     fold_frontier,
-    jsontext,
 )
 from cwstore.document import sort_parents
 
@@ -195,7 +195,7 @@ async def test_retry_returns_the_stored_payload_text(store: Any) -> None:
     # comes back as stored, member order included.
     again = await store.append(g, [node("tool_result", {"a": {"x": 3, "y": 2}, "b": 1})])
     assert again[0].id == first[0].id and again[0].sequence == 1
-    assert jsontext.dumps(again[0].payload) == '{"b":1,"a":{"y":2,"x":3}}'
+    assert _jsontext.dumps(again[0].payload) == '{"b":1,"a":{"y":2,"x":3}}'
     assert await store.length(g) == 1
 
 

@@ -29,7 +29,7 @@ import pytest
 from support.documents import GraphBuilder
 
 import cwstore
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.document import validate
 from cwstore.identity import compute_id
 
@@ -77,7 +77,7 @@ def append(
     frontier: list[str] | None = None,
 ) -> list[tuple[Any, ...]]:
     """append_v1 with the batch as JSON text exactly as given (a list is dumped)."""
-    text = nodes if isinstance(nodes, str) else jsontext.dumps(nodes)
+    text = nodes if isinstance(nodes, str) else _jsontext.dumps(nodes)
     return conn.execute(
         "SELECT * FROM cwstore.append_v1(%s, %s::json, %s, %s::json)",
         (graph, text, expected, None if frontier is None else json.dumps(frontier)),
@@ -108,7 +108,7 @@ def refusal(exc: psycopg.Error) -> dict[str, Any]:
 
 def oracle_codes(prefix: list[dict[str, Any]], batch_text: str) -> set[str]:
     """The codes cwstore.validate reports for the graph the batch would leave."""
-    batch = jsontext.loads(batch_text)
+    batch = _jsontext.loads(batch_text)
     nodes = [*prefix]
     for i, node in enumerate(batch):
         if isinstance(node, dict):
@@ -124,7 +124,7 @@ def node_text(node: dict[str, Any], **replace: str) -> str:
         if key in replace:
             parts.append(f'"{key}":{replace[key]}')
         elif key in node:
-            parts.append(f'"{key}":{jsontext.dumps(node[key])}')
+            parts.append(f'"{key}":{_jsontext.dumps(node[key])}')
     return "{" + ",".join(parts) + "}"
 
 
@@ -160,7 +160,7 @@ def test_import_rows_only_inside_an_import_of_an_empty_graph(door: Door, writer:
     extra = GraphBuilder()
     extra.system("other")
     n = extra.nodes[0]
-    row = (3, n["id"], n["kind"], "{}", jsontext.dumps(n["payload"]), n["createdAt"], None)
+    row = (3, n["id"], n["kind"], "{}", _jsontext.dumps(n["payload"]), n["createdAt"], None)
     with pytest.raises(psycopg.Error) as exc:
         import_rows(writer, gid, [row])
     assert exc.value.diag.sqlstate == "CW412"
@@ -181,7 +181,7 @@ def test_import_rows_payloads_are_checked_as_json(door: Door, writer: Any) -> No
     b.system("contract")
     b.goal("one")
     n0, n1 = b.nodes
-    forged = jsontext.dumps(n0["payload"]) + "},{" + node_text(n1)[1:-1] + ',"sequence":2'
+    forged = _jsontext.dumps(n0["payload"]) + "},{" + node_text(n1)[1:-1] + ',"sequence":2'
     cases = {
         "pasted node": forged,
         "not JSON": "{oops",
@@ -240,13 +240,13 @@ def _bad_batches() -> Iterator[tuple[str, list[dict[str, Any]], str]]:
     for key in ("Upper", "has space", "x" * 121, ""):
         payload = {"type": "memory", "key": key, "content": "x"}
         bad = resealed({**node, "resourceKey": f"semantic:memory:{key}"}, payload)
-        yield f"semantic key {key[:10]!r}", [sem.nodes[0]], jsontext.dumps([bad])
+        yield f"semantic key {key[:10]!r}", [sem.nodes[0]], _jsontext.dumps([bad])
     big = {"type": "memory", "key": "big", "content": "x" * 100_000}
     bad = resealed({**node, "resourceKey": "semantic:memory:big"}, big)
-    yield "semantic content 100,002 chars", [sem.nodes[0]], jsontext.dumps([bad])
+    yield "semantic content 100,002 chars", [sem.nodes[0]], _jsontext.dumps([bad])
     emoji = {"type": "memory", "key": "emoji", "content": "\U0001f600" * 50_000}
     bad = resealed({**node, "resourceKey": "semantic:memory:emoji"}, emoji)
-    yield "semantic content of emoji (UTF-16)", [sem.nodes[0]], jsontext.dumps([bad])
+    yield "semantic content of emoji (UTF-16)", [sem.nodes[0]], _jsontext.dumps([bad])
 
 
 NOT_JSON = {"payload NaN"}
@@ -293,7 +293,7 @@ def test_append_accepts_what_the_runtime_writes(door: Door, writer: Any) -> None
     length, rows, text = stored(door.admin, g)
     assert (length, rows) == (3, 3)
     assert text is not None
-    exported = jsontext.loads(text)
+    exported = _jsontext.loads(text)
     assert validate({"version": 1, "nodes": exported, "frontier": []}) == []
     assert [n["payload"] for n in exported[1:]] == [n["payload"] for n in good]
 
@@ -520,7 +520,7 @@ def test_import_rows_accepts_what_the_runtime_writes(door: Door, writer: Any) ->
                 n["id"],
                 n["kind"],
                 "{" + ",".join(n["parents"]) + "}",
-                jsontext.dumps(n["payload"]),
+                _jsontext.dumps(n["payload"]),
                 n["createdAt"],
                 n.get("resourceKey"),
             )
@@ -529,7 +529,7 @@ def test_import_rows_accepts_what_the_runtime_writes(door: Door, writer: Any) ->
         assert import_rows(writer, gid, rows) == (len(rows),)
     length, count, text = stored(door.admin, g)
     assert (length, count) == (4, 4)
-    assert text == jsontext.dumps(b.nodes)
+    assert text == _jsontext.dumps(b.nodes)
 
 
 def test_a_stale_append_is_refused_before_its_batch_is_read(door: Door, writer: Any) -> None:
@@ -545,19 +545,19 @@ def test_a_stale_append_is_refused_before_its_batch_is_read(door: Door, writer: 
     with pytest.raises(psycopg.Error) as stale:
         writer.execute(
             "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, 1)",
-            (g, jsontext.dumps([bad])),
+            (g, _jsontext.dumps([bad])),
         )
     assert stale.value.sqlstate == "CW409"
     fresh = graph_name()
     with pytest.raises(psycopg.Error) as missing:
         writer.execute(
             "SELECT count(*) FROM cwstore.append_v1(%s, %s::json, 3)",
-            (fresh, jsontext.dumps([b.nodes[0]])),
+            (fresh, _jsontext.dumps([b.nodes[0]])),
         )
     assert missing.value.sqlstate == "CW409"
     assert _one(writer, "SELECT count(*) FROM cwstore.graphs WHERE name = %s", fresh) == 0
     rows = writer.execute(
         "SELECT seq, written FROM cwstore.append_v1(%s, %s::json, 0)",
-        (g, jsontext.dumps([b.nodes[0], a])),
+        (g, _jsontext.dumps([b.nodes[0], a])),
     ).fetchall()
     assert rows == [(1, False), (2, False)]

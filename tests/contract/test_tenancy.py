@@ -168,7 +168,7 @@ async def test_a_writer_appends_and_imports_into_its_tenant(
     assert stored(setup.admin, live) == ("acme", 2)
     assert stored(setup.admin, imported) == ("acme", 2)
     exported = await alice.export_json(imported)
-    assert cwstore.jsontext.loads(exported) == b.state()
+    assert cwstore._jsontext.loads(exported) == b.state()
     names = {g.name: g.tenant for g in await alice.graphs()}
     assert names[live] == names[imported] == "acme"
 

@@ -22,7 +22,7 @@ import pytest
 from support.nodes import node
 
 import cwstore
-from cwstore import ChainConflictError, ConflictError, compute_id, fold_frontier, jsontext
+from cwstore import ChainConflictError, ConflictError, _jsontext, compute_id, fold_frontier
 from cwstore._store_base import prepare_batch
 from cwstore.document import resource_heads
 
@@ -125,7 +125,7 @@ def _as_node(r: asyncpg.Record) -> dict[str, Any]:
         "id": r["id"],
         "kind": r["kind"],
         "parents": list(r["parents"]),
-        "payload": jsontext.loads(r["payload_text"]),
+        "payload": _jsontext.loads(r["payload_text"]),
         "createdAt": r["created_at_text"],
         "sequence": r["seq"],
     }
@@ -305,7 +305,7 @@ async def test_many_writers_on_one_graph(db_dsn: str) -> None:
         assert not set(rolled_back) & set(by_id), "a rolled-back node was stored"
         assert rolled_back, "no transaction was rolled back"
         assert not any(
-            isinstance(n["payload"], dict) and "rolled back" in jsontext.dumps(n["payload"])
+            isinstance(n["payload"], dict) and "rolled back" in _jsontext.dumps(n["payload"])
             for n in nodes
         )
 

@@ -59,7 +59,7 @@ def test_an_append_killed_in_its_derive_leaves_the_graph_as_it_was(db_dsn: str) 
     with psycopg.connect(db_dsn, autocommit=True) as admin:
         lag = int(admin.execute("SELECT cwstore.derive_lag()").fetchone()[0])  # type: ignore[index]
         for node in nodes[: lag - 1]:
-            admin.execute(APPEND, (graph, cwstore.jsontext.dumps([node])))
+            admin.execute(APPEND, (graph, cwstore._jsontext.dumps([node])))
         before = _state(admin, graph)
         assert before[:2] == (lag - 1, 0) and before[3] == 0
         reads_before = _frontiers(admin, graph, lag - 1)
@@ -72,7 +72,7 @@ def test_an_append_killed_in_its_derive_leaves_the_graph_as_it_was(db_dsn: str) 
 
             def append() -> None:
                 try:
-                    w.execute(APPEND, (graph, cwstore.jsontext.dumps([nodes[lag - 1]])))
+                    w.execute(APPEND, (graph, cwstore._jsontext.dumps([nodes[lag - 1]])))
                 except BaseException as e:
                     failed.append(e)
 
@@ -96,7 +96,7 @@ def test_an_append_killed_in_its_derive_leaves_the_graph_as_it_was(db_dsn: str) 
         assert _state(admin, graph) == before
         assert _frontiers(admin, graph, lag - 1) == reads_before
 
-        admin.execute(APPEND, (graph, cwstore.jsontext.dumps([nodes[lag - 1]])))
+        admin.execute(APPEND, (graph, cwstore._jsontext.dumps([nodes[lag - 1]])))
         length, watermark, _, spans = _state(admin, graph)
         assert (length, watermark) == (lag, lag) and spans > 0
         assert _frontiers(admin, graph, lag) == [

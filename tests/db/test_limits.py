@@ -9,8 +9,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from cwstore import jsontext
-from cwstore._args import MAX_GRAPH_NAME_BYTES, MAX_REASON_BYTES, check_graph_name, check_reason
+from cwstore import _jsontext
+from cwstore._arg_checks import (
+    MAX_GRAPH_NAME_BYTES,
+    MAX_REASON_BYTES,
+    check_graph_name,
+    check_reason,
+)
 from cwstore.document import MAX_PAYLOAD_BYTES, Vocabulary, check_nodes
 from cwstore.errors import InputError
 from cwstore.identity import compute_id
@@ -80,7 +85,7 @@ def test_a_payload_past_the_limit_is_refused_alike(db_dsn: str, over: int) -> No
     too_large in both, at the same path, and nothing is written."""
     payload = {"s": "é" * ((MAX_PAYLOAD_BYTES - len('{"s":""}')) // 2) + "x" * over}
     node = _node(payload)
-    text = jsontext.dumps(payload)
+    text = _jsontext.dumps(payload)
     assert len(text.encode("utf-8")) == MAX_PAYLOAD_BYTES + over
     found = check_nodes([{**node, "sequence": 1}], vocabulary=Vocabulary.dynamic())
     graph = f"payload-{over}"
@@ -88,7 +93,7 @@ def test_a_payload_past_the_limit_is_refused_alike(db_dsn: str, over: int) -> No
         try:
             conn.execute(
                 "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
-                (graph, jsontext.dumps([node])),
+                (graph, _jsontext.dumps([node])),
             )
             refused = None
         except psycopg.Error as exc:

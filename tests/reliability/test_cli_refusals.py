@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from support.documents import GraphBuilder
 
 import cwstore
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.document import parse_document, validate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def tmp_doc(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_five_thousand_digit_integer_is_refused(tmp_doc: Path) -> None:
-    text = jsontext.dumps(_doc()).replace('"payload":"g"', '"payload":' + "9" * 5000)
+    text = _jsontext.dumps(_doc()).replace('"payload":"g"', '"payload":' + "9" * 5000)
     tmp_doc.write_text(text)
     err = assert_refused(cli("validate", str(tmp_doc)), "unrepresentable", "$.nodes[1].payload")
     assert "5000 digits" in err or "beyond" in err
@@ -73,7 +73,7 @@ def test_a_five_thousand_digit_integer_is_refused(tmp_doc: Path) -> None:
 
 def test_deep_nesting_with_a_bad_escape_is_refused(tmp_doc: Path) -> None:
     deep = "[" * 100_000 + '"\\q"' + "]" * 100_000
-    text = jsontext.dumps(_doc()).replace('"payload":"g"', '"payload":' + deep)
+    text = _jsontext.dumps(_doc()).replace('"payload":"g"', '"payload":' + deep)
     tmp_doc.write_text(text)
     assert_refused(cli("validate", str(tmp_doc)), "escape")
 
@@ -90,7 +90,7 @@ def test_deep_nesting_with_a_bad_escape_is_refused(tmp_doc: Path) -> None:
 def test_duplicate_member_names_outside_payloads_are_refused(
     tmp_doc: Path, old: str, new: str, path: str
 ) -> None:
-    text = jsontext.dumps(_doc()).replace(old, new, 1)
+    text = _jsontext.dumps(_doc()).replace(old, new, 1)
     found = {(v.code, v.path) for v in validate(parse_document(text))}
     assert ("shape", path) in found, found
     tmp_doc.write_text(text)
@@ -109,10 +109,12 @@ def test_a_lone_surrogate_in_an_appended_frontier_is_refused(db_dsn: str, tmp_do
     b.system("contract")
     node = dict(b.nodes[0])
     node.pop("sequence")
-    tmp_doc.write_text(jsontext.dumps({"nodes": [node], "frontier": ["x"]}).replace("x", "\\ud800"))
+    tmp_doc.write_text(
+        _jsontext.dumps({"nodes": [node], "frontier": ["x"]}).replace("x", "\\ud800")
+    )
     err = assert_refused(cli("append", "--dsn", db_dsn, "--graph", "lone", str(tmp_doc)))
     assert "frontier" in err
-    tmp_doc.write_text(jsontext.dumps([{**node, "parents": [1]}]))
+    tmp_doc.write_text(_jsontext.dumps([{**node, "parents": [1]}]))
     assert_refused(cli("append", "--dsn", db_dsn, "--graph", "lone", str(tmp_doc)), "parents")
 
 
@@ -125,7 +127,7 @@ def test_export_indent_writes_numbers_as_the_runtime_and_any_depth(
     for _ in range(5000):
         deep = [deep]
     b.goal(deep)
-    tmp_doc.write_text(jsontext.dumps(b.state()))
+    tmp_doc.write_text(_jsontext.dumps(b.state()))
     graph = f"indent-{os.getpid()}"
     run = cli("import", "--dsn", db_dsn, "--graph", graph, str(tmp_doc))
     assert run.returncode == 0, run.stderr.decode()
@@ -133,7 +135,7 @@ def test_export_indent_writes_numbers_as_the_runtime_and_any_depth(
     assert run.returncode == 0, run.stderr.decode()[-2000:]
     out = run.stdout.decode()
     assert '"n": 1e-7' in out and '"m": 1e+21' in out
-    assert jsontext.dumps(jsontext.loads(out)) == tmp_doc.read_text()
+    assert _jsontext.dumps(_jsontext.loads(out)) == tmp_doc.read_text()
 
 
 async def test_async_connect_takes_key_value_connection_strings(db_dsn: str) -> None:

@@ -15,7 +15,7 @@ from support.documents import GraphBuilder
 from test_cli_refusals import assert_refused, cli
 
 import cwstore
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore._sql import migrations
 from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
@@ -66,7 +66,7 @@ def test_an_import_brings_the_schema_up_to_date(empty_db_dsn: str) -> None:
         "g",
         "--dsn",
         empty_db_dsn,
-        stdin=jsontext.dumps(b.state()).encode(),
+        stdin=_jsontext.dumps(b.state()).encode(),
     )
     assert run.returncode == 0, run.stderr.decode()
     assert _versions(empty_db_dsn) == [m.version for m in migrations()]

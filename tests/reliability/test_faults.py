@@ -43,7 +43,7 @@ from support.reliability import (
 )
 
 import cwstore
-from cwstore import jsontext, server
+from cwstore import _jsontext, server
 from cwstore._store_base import IMPORT_CHUNK_ROWS
 
 BIG_IMPORT = 50_000
@@ -186,7 +186,7 @@ async def test_kill_import_waiting_for_the_graph_lock(
 
         assert await victim.call("import_state", graph, doc) == 40
         await assert_graph(aconn, graph, [n["id"] for n in doc["nodes"]])
-        assert await victim.call("export_json", graph) == jsontext.dumps(doc)
+        assert await victim.call("export_json", graph) == _jsontext.dumps(doc)
     finally:
         await victim.close()
 
@@ -323,7 +323,7 @@ async def test_kill_import_while_its_copy_is_stalled(
             n["id"],
             n["kind"],
             n["parents"],
-            jsontext.dumps(n["payload"]),
+            _jsontext.dumps(n["payload"]),
             n["createdAt"],
         )
         task = asyncio.create_task(victim.call("import_state", graph, doc))

@@ -39,7 +39,7 @@ from support.documents import example_turn, generate_session, reseal
 from support.reliability import SPEC_CODES
 
 import cwstore
-from cwstore import ChainConflictError, ValidationError, fold_frontier, jsontext
+from cwstore import ChainConflictError, ValidationError, _jsontext, fold_frontier
 from cwstore.document import NODE_FIELDS, parse_document, sort_parents
 
 EXAMPLES = 100
@@ -113,8 +113,8 @@ NUMBER_VALUES: list[Any] = [
     float("inf"),
     -0.0,
     5e-324,
-    jsontext.BadNumber("NaN"),
-    jsontext.BadNumber("-Infinity"),
+    _jsontext.BadNumber("NaN"),
+    _jsontext.BadNumber("-Infinity"),
 ]
 
 TIMESTAMPS = [
@@ -485,9 +485,9 @@ def _reseal(doc: dict[str, Any], keep_order: set[int], done: list[str]) -> dict[
 
 def _as_text(value: Any) -> str:
     """JSON text of ``value`` with every RAW-marked string written as its bare token."""
-    text = jsontext.dumps(value)
+    text = _jsontext.dumps(value)
     for token in NUMBER_TOKENS:
-        text = text.replace(jsontext.dumps(RAW + token + RAW), token)
+        text = text.replace(_jsontext.dumps(RAW + token + RAW), token)
     return text
 
 
@@ -516,7 +516,7 @@ def _import_input(case: Case, as_text: bool) -> tuple[Any, Any]:
 def _runtime_text(nodes: list[dict[str, Any]], frontier: Any) -> str:
     """The JSON the runtime writes for these nodes: fields in its order, compact."""
     ordered = [{k: n[k] for k in NODE_FIELDS if k in n} for n in nodes]
-    return jsontext.dumps({"version": 1, "nodes": ordered, "frontier": frontier})
+    return _jsontext.dumps({"version": 1, "nodes": ordered, "frontier": frontier})
 
 
 # --- the clients, one database for the module --------------------------------------------
@@ -758,7 +758,7 @@ def _import_sweep() -> Iterator[tuple[str, Case, bool]]:
         case = fresh()
         case.doc["nodes"][2]["payload"] = {"n": value}
         yield f"number {value!r} in a payload", case, False
-    for depth in (2000, jsontext.MAX_DEPTH):
+    for depth in (2000, _jsontext.MAX_DEPTH):
         for as_object in (False, True):
             case = fresh()
             case.doc["nodes"][2]["payload"] = _nested(depth, "\u0000", as_object)

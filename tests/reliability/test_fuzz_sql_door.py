@@ -49,7 +49,7 @@ from test_fuzz import (
 )
 
 import cwstore
-from cwstore import ValidationError, fold_frontier, jsontext
+from cwstore import ValidationError, _jsontext, fold_frontier
 from cwstore.document import parse_document
 from cwstore.identity import canonical_json, identity_object
 
@@ -105,7 +105,7 @@ def _door_text(batch: list[Any]) -> str:
     """The batch as the JSON text sent to append_v1 (bare tokens written bare)."""
     text = _as_text(_bare(batch))
     for token in ("NaN", "Infinity", "-Infinity"):
-        text = text.replace(jsontext.dumps(RAW + token + RAW), token)
+        text = text.replace(_jsontext.dumps(RAW + token + RAW), token)
     # A lone surrogate as JSON.stringify writes it (escaped): raw, it is not UTF-8.
     return LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 

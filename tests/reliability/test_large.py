@@ -1,6 +1,6 @@
 """Large inputs: the largest payload (4 MiB) and one past it, a 200,000-node import with
 bounded memory, and clear refusals at the limits (nesting deeper than
-:data:`cwstore.jsontext.MAX_DEPTH`, semantic content over 100,000 characters of JSON).
+:data:`cwstore._jsontext.MAX_DEPTH`, semantic content over 100,000 characters of JSON).
 
 Memory is the test process's peak resident set size (``VmHWM`` in
 ``/proc/self/status``, reset before the call by writing ``5`` to
@@ -29,7 +29,7 @@ from support.nodes import T0
 from support.reliability import CLIENTS, Client, assert_graph, chain, document
 
 import cwstore
-from cwstore import compute_id, fold_frontier, jsontext
+from cwstore import _jsontext, compute_id, fold_frontier
 from cwstore._store_base import IMPORT_CHUNK_ROWS
 from cwstore.document import MAX_PAYLOAD_BYTES, SEMANTIC_CONTENT_MAX
 
@@ -122,8 +122,8 @@ def _largest_node(extra: int = 0) -> dict[str, Any]:
         "numbers": [*range(50_000), 0.1, 1e21, 5e-324, -(2**53 - 1)],
         "nested": {"z": 1, "a": [None, True, {"": ""}]},
     }
-    rest = len(jsontext.dumps(payload).encode())
-    per = len(jsontext.dumps(unit).encode()) - 2
+    rest = len(_jsontext.dumps(payload).encode())
+    per = len(_jsontext.dumps(unit).encode()) - 2
     payload["blob"] = unit * ((MAX_PAYLOAD_BYTES - rest) // per + extra)
     return {
         "id": compute_id("tool_result", [], payload),
@@ -140,10 +140,10 @@ async def test_the_largest_payload_round_trips_exactly(
     db_dsn: str, aconn: asyncpg.Connection, client: str
 ) -> None:
     node = _largest_node()
-    text = jsontext.dumps(document([node]))
+    text = _jsontext.dumps(document([node]))
     size = len(text.encode())
-    assert len(jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES - 100
-    assert len(jsontext.dumps(node["payload"]).encode()) <= MAX_PAYLOAD_BYTES
+    assert len(_jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES - 100
+    assert len(_jsontext.dumps(node["payload"]).encode()) <= MAX_PAYLOAD_BYTES
     store = await Client.open(client, db_dsn, min_size=1, max_size=1)
     try:
         graph = f"largest-{uuid.uuid4().hex[:8]}"
@@ -171,12 +171,12 @@ async def test_a_payload_past_the_limit_is_refused_by_import_and_append(
     db_dsn: str, aconn: asyncpg.Connection, client: str
 ) -> None:
     node = _largest_node(extra=1)
-    assert len(jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES
+    assert len(_jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES
     store = await Client.open(client, db_dsn, min_size=1, max_size=1)
     try:
         graph = f"too-large-{uuid.uuid4().hex[:8]}"
         with pytest.raises(cwstore.ValidationError) as imported:
-            await store.call("import_state", graph, jsontext.dumps(document([node])))
+            await store.call("import_state", graph, _jsontext.dumps(document([node])))
         with pytest.raises(cwstore.ValidationError) as appended:
             await store.call("append", graph, [{k: v for k, v in node.items() if k != "sequence"}])
         assert (
@@ -213,7 +213,7 @@ def _limit_payload(shape: str) -> Any:
 
 def _write_one(conn: psycopg.Connection[Any], door: str, graph: str, payload_text: str) -> int:
     """Write one node of this payload to a new graph through a door; how many it wrote."""
-    node_id = compute_id("tool_result", [], jsontext.loads(payload_text))
+    node_id = compute_id("tool_result", [], _jsontext.loads(payload_text))
     if door == "append_v1":
         batch = (
             f'[{{"id":"{node_id}","kind":"tool_result","parents":[],'
@@ -241,7 +241,7 @@ def test_a_write_at_the_payload_limit_holds_its_payload_a_few_times(
     while append_v1 or import_rows_v1 writes one node at the 4 MiB limit, called as any
     client calls it, stays within a small multiple of the payload. Skipped where the
     server's processes cannot be read (another machine)."""
-    text = jsontext.dumps(_limit_payload(shape))
+    text = _jsontext.dumps(_limit_payload(shape))
     size = len(text.encode())
     assert MAX_PAYLOAD_BYTES - 100 < size <= MAX_PAYLOAD_BYTES
     with psycopg.connect(db_dsn, autocommit=True) as conn:
@@ -271,7 +271,7 @@ async def test_two_hundred_thousand_nodes_with_bounded_memory(
     over); the import streams it to COPY, so the process grows by about one text size
     (checking plus rows in flight), not by copies of the whole document."""
     doc = document(chain(BIG_NODES, tag="two-hundred-thousand"))
-    text = jsontext.dumps(doc)
+    text = _jsontext.dumps(doc)
     store = await cwstore.connect(db_dsn, min_size=1, max_size=1, migrate_schema=False)
     try:
         graph = f"big-{uuid.uuid4().hex[:8]}"
@@ -354,14 +354,14 @@ def _semantic(content: Any) -> dict[str, Any]:
 
 async def _accepted_both_ways(store: Client, node: dict[str, Any]) -> None:
     """Imported (frontier declared) and appended (frontier folded): exact round trip."""
-    text = jsontext.dumps(document([node]))
+    text = _jsontext.dumps(document([node]))
     graph = f"limit-{uuid.uuid4().hex[:8]}"
     assert await store.call("import_state", graph, text) == 1
     assert await store.call("export_json", graph) == text
     graph = f"limit-{uuid.uuid4().hex[:8]}"
     await store.call("append", graph, [{k: v for k, v in node.items() if k != "sequence"}])
     folded = {**document([node]), "frontier": fold_frontier([node])}
-    assert await store.call("export_json", graph) == jsontext.dumps(folded)
+    assert await store.call("export_json", graph) == _jsontext.dumps(folded)
 
 
 async def _refused_both_ways(
@@ -371,7 +371,7 @@ async def _refused_both_ways(
     for how in ("import_state", "append"):
         graph = f"limit-{uuid.uuid4().hex[:8]}"
         arg: Any = (
-            jsontext.dumps(document([node]))
+            _jsontext.dumps(document([node]))
             if how == "import_state"
             else [{k: v for k, v in node.items() if k != "sequence"}]
         )
@@ -389,13 +389,13 @@ async def test_nesting_limit(db_dsn: str, aconn: asyncpg.Connection, client: str
     with ``unrepresentable``, naming the node and the JSON path."""
     store = await Client.open(client, db_dsn, min_size=1, max_size=1)
     try:
-        await _accepted_both_ways(store, _node("inference", _nested(jsontext.MAX_DEPTH)))
-        deep = _node("inference", _nested(jsontext.MAX_DEPTH + 1))
+        await _accepted_both_ways(store, _node("inference", _nested(_jsontext.MAX_DEPTH)))
+        deep = _node("inference", _nested(_jsontext.MAX_DEPTH + 1))
         for v in await _refused_both_ways(store, aconn, deep, "unrepresentable"):
             assert v.code == "unrepresentable"
             assert v.index == 0 and v.node_id == deep["id"]
             assert v.path.startswith(("$.nodes[0].payload", "$[0].payload"))
-            assert str(jsontext.MAX_DEPTH) in v.message
+            assert str(_jsontext.MAX_DEPTH) in v.message
     finally:
         await store.close()
 

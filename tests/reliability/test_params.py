@@ -23,7 +23,7 @@ from support.nodes import T0
 from support.reliability import CLIENTS, Client, assert_graph
 
 import cwstore
-from cwstore import compute_id, jsontext
+from cwstore import _jsontext, compute_id
 
 _rng = random.Random(20261202)
 
@@ -100,8 +100,8 @@ async def test_names_are_just_names(
             "nodes": [*doc["nodes"], {**goal, "sequence": 17}],
             "frontier": [goal["id"]],
         }
-        assert await store.call("export_json", name) == jsontext.dumps(expected)
-        assert await store.call("export_json", name, 16) == jsontext.dumps(doc)
+        assert await store.call("export_json", name) == _jsontext.dumps(expected)
+        assert await store.call("export_json", name, 16) == _jsontext.dumps(doc)
         assert (await store.call("replay", name)).to_obj() == expected
         assert await store.call("length", name) == 17
         assert await store.call("frontier", name) == [goal["id"]]
@@ -125,7 +125,7 @@ async def test_names_are_just_names(
         }
         written = await store.call("save", name, state)
         assert [n.id for n in written] == [more["id"]]
-        assert await store.call("export_json", name) == jsontext.dumps(state)
+        assert await store.call("export_json", name) == _jsontext.dumps(state)
 
         if client == "async":
             seen = []

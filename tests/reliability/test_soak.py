@@ -30,7 +30,7 @@ from support.nodes import node
 from support.reliability import INFINITY_SEQ, pids_of, terminate, with_params
 
 import cwstore
-from cwstore import fold_frontier, jsontext
+from cwstore import _jsontext, fold_frontier
 from cwstore._store_base import prepare_batch
 from cwstore.document import resource_heads
 
@@ -214,7 +214,7 @@ async def _check_graph(admin: asyncpg.Connection, graph: str, writers: list[Soak
     nodes: list[dict[str, Any]] = []
     for r in rows:
         n: dict[str, Any] = {"id": r["id"], "kind": r["kind"], "parents": list(r["parents"])}
-        n["payload"] = jsontext.loads(r["payload_text"])
+        n["payload"] = _jsontext.loads(r["payload_text"])
         if r["resource_key"] is not None:
             n["resourceKey"] = r["resource_key"]
         nodes.append(n)

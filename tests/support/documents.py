@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.document import BUILTIN_TYPES, KINDS, semantic_resource_key, sort_parents
 from cwstore.identity import compute_id
 
@@ -149,7 +149,7 @@ class GraphBuilder:
         kind:
             One of the ten kinds.
         payload:
-            Any JSON value free of :func:`cwstore.jsontext.problems`; it is copied.
+            Any JSON value free of :func:`cwstore._jsontext.problems`; it is copied.
         parents:
             The parents; ``None`` takes the current frontier. The resource key's head
             is added, then the list is made unique and sorted.
@@ -177,7 +177,7 @@ class GraphBuilder:
             raise ValueError(f"kind {kind!r} is not one of the ten: {', '.join(KINDS)}")
         if resource_key == "":
             raise ValueError("resource_key must be a non-empty string or None")
-        found = list(jsontext.problems(payload))
+        found = list(_jsontext.problems(payload))
         if found:
             code, where, message = found[0]
             raise ValueError(f"payload cannot be stored faithfully ({code} at {where}: {message})")
@@ -299,7 +299,7 @@ class GraphBuilder:
     ) -> dict[str, Any]:
         """``{"name", "args", "raw"}``; ``raw`` defaults to ``TOOL_CALL {"name","args"}``."""
         if raw is None:
-            raw = "TOOL_CALL " + jsontext.dumps({"name": name, "args": args})
+            raw = "TOOL_CALL " + _jsontext.dumps({"name": name, "args": args})
         return self.append("tool_call", {"name": name, "args": args, "raw": raw}, parents)
 
     def tool_result(
@@ -379,9 +379,9 @@ def _identity(node: dict[str, Any]) -> str | None:
         return None
     if rkey is not None and not isinstance(rkey, str):
         return None
-    if rkey is not None and jsontext._bad_string(rkey):
+    if rkey is not None and _jsontext._bad_string(rkey):
         return None
-    if any(True for _ in jsontext.problems(node["payload"])):
+    if any(True for _ in _jsontext.problems(node["payload"])):
         return None
     return compute_id(kind, parents, node["payload"], rkey)
 
@@ -445,7 +445,7 @@ def odd_values() -> list[Any]:
     """JSON values that stress fidelity: U+0000, astral characters, key order that
     differs between code point and ICU collation, 1e21, ±(2**53-1), 40-level nesting,
     integer-like keys (in JavaScript's property order), 0.1, 5e-324 and friends.
-    Every value is storable (free of :func:`cwstore.jsontext.problems`)."""
+    Every value is storable (free of :func:`cwstore._jsontext.problems`)."""
     return [
         "nul\u0000inside and at the end\u0000",
         "astral \U0001f600 \U0001d11e \U0010ffff and BMP edge \uffff",
@@ -740,7 +740,7 @@ def example_turn() -> dict[str, Any]:
         {
             "name": "write_file",
             "args": write_args,
-            "raw": "TOOL_CALL " + jsontext.dumps({"name": "write_file", "args": write_args}),
+            "raw": "TOOL_CALL " + _jsontext.dumps({"name": "write_file", "args": write_args}),
         },
         [system, goal],
         383,
@@ -780,7 +780,7 @@ def example_turn() -> dict[str, Any]:
             "name": "read_file",
             "args": {"file_path": _CONFIG},
             "raw": "TOOL_CALL "
-            + jsontext.dumps(
+            + _jsontext.dumps(
                 {
                     "name": "read_file",
                     "args": {"file_path": _CONFIG},
@@ -830,7 +830,7 @@ def example_turn() -> dict[str, Any]:
             "name": "bash_command",
             "args": {"command": command},
             "raw": "TOOL_CALL "
-            + jsontext.dumps({"name": "bash_command", "args": {"command": command}}),
+            + _jsontext.dumps({"name": "bash_command", "args": {"command": command}}),
         },
         [system, goal, call1, result1, resource1, call2, result2, memory, check1, resource2],
         388,

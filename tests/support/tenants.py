@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cwstore import jsontext, roles
+from cwstore import _jsontext, roles
 from cwstore.drivers.psycopg import PsycopgConnection
 
 from .nodes import node
@@ -124,7 +124,7 @@ class ChangingHands:
             if self.a_nodes:
                 conn.execute(
                     "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
-                    (name, jsontext.dumps(self.a_nodes)),
+                    (name, _jsontext.dumps(self.a_nodes)),
                 )
             self.graph_id, self.a_incarnation = self._row(conn)
         self._holder: psycopg.Connection[Any] | None = None

@@ -20,7 +20,7 @@ import pytest
 from support import EXAMPLE_FILE
 from support.documents import example_turn, generate_session, reseal
 
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_example_json(example_path: str, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_generated_session_compact_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = generate_session(3, 4, odd_payloads=True)
-    path = write(tmp_path, "s.json", jsontext.dumps(doc))
+    path = write(tmp_path, "s.json", _jsontext.dumps(doc))
     assert main(["validate", path]) == 0
     out, _ = capsys.readouterr()
     n, f = len(doc["nodes"]), len(doc["frontier"])
@@ -139,7 +139,7 @@ def test_stdin(example_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_stdin_broken(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     doc, expected = broken_example()
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(jsontext.dumps(doc).encode())))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(_jsontext.dumps(doc).encode())))
     assert main(["validate", "-"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
@@ -163,7 +163,7 @@ def test_broken_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_broken_document_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc, expected = broken_example()
-    path = write(tmp_path, "broken.json", jsontext.dumps(doc))
+    path = write(tmp_path, "broken.json", _jsontext.dumps(doc))
     assert main(["validate", "--json", path]) == 1
     out, err = capsys.readouterr()
     verdict = json.loads(out)
@@ -182,7 +182,7 @@ def test_fixed_vocabulary_refuses_a_dynamic_type(
     node["payload"]["type"] = "decision"
     node["resourceKey"] = "semantic:decision:code-style"
     reseal(doc)
-    path = write(tmp_path, "dyn.json", jsontext.dumps(doc))
+    path = write(tmp_path, "dyn.json", _jsontext.dumps(doc))
     assert main(["validate", path]) == 0  # dynamic by default
     out, _ = capsys.readouterr()
     assert out.endswith("vocabulary dynamic\n")
@@ -290,9 +290,14 @@ def _garbage(tmp_path: Path) -> dict[str, tuple[str, int, str]]:
         "only whitespace": ("ws.json", " \n\t ", 2, "empty"),
         "empty list": ("list.json", "[]", 1, "object"),
         "a string": ("string.json", '"state"', 1, "object"),
-        "truncated": ("trunc.json", jsontext.dumps(example_turn())[:777], 2, "not valid JSON"),
+        "truncated": ("trunc.json", _jsontext.dumps(example_turn())[:777], 2, "not valid JSON"),
         "binary": ("binary.bin", binary, 2, "UTF-8"),
-        "byte order mark": ("bom.json", "\ufeff" + jsontext.dumps(example_turn()), 2, "byte order"),
+        "byte order mark": (
+            "bom.json",
+            "\ufeff" + _jsontext.dumps(example_turn()),
+            2,
+            "byte order",
+        ),
         "NaN document": ("nan.json", "NaN", 1, "object"),
         "unclosed brackets": ("open.json", "[" * deep, 2, "not valid JSON"),
         "nested brackets": ("nested.json", "[" * deep + "]" * deep, 1, "object"),

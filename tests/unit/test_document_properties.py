@@ -3,7 +3,7 @@
 (a) identity ignores the key order of payload objects; (b) random graphs built the
 runtime's way always validate, and the frontier fold agrees with an independent
 reference fold (and with the builder's own frontier under the runtime agent's habit);
-(c) ``jsontext`` writes what it reads, member order included, and its fast and slow
+(c) ``_jsontext`` writes what it reads, member order included, and its fast and slow
 writers agree; (d) ``js_number`` prints floats exactly as Node's ``String(x)`` does.
 """
 
@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.documents import GraphBuilder, generate_session
 
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.document import KINDS, fold_frontier, resource_heads, validate
 from cwstore.identity import canonical_json, compute_id, key_order
 
 NODE = shutil.which("node")
-MAX_SAFE = jsontext.MAX_SAFE_INTEGER
+MAX_SAFE = _jsontext.MAX_SAFE_INTEGER
 
 SETTINGS = settings(
     max_examples=150,
@@ -210,8 +210,8 @@ def test_generated_sessions_fold_to_their_frontier(seed: int) -> None:
 
 def test_generate_session_is_deterministic_and_seeded() -> None:
     a = generate_session(5, 4, odd_payloads=True)
-    assert jsontext.dumps(a) == jsontext.dumps(generate_session(5, 4, odd_payloads=True))
-    assert jsontext.dumps(a) != jsontext.dumps(generate_session(6, 4, odd_payloads=True))
+    assert _jsontext.dumps(a) == _jsontext.dumps(generate_session(5, 4, odd_payloads=True))
+    assert _jsontext.dumps(a) != _jsontext.dumps(generate_session(6, 4, odd_payloads=True))
 
 
 def test_builder_repeated_content_moves_the_frontier_like_the_runtime() -> None:
@@ -248,37 +248,37 @@ def test_builder_clock_and_field_order() -> None:
 @SETTINGS
 @given(value=json_values(any_keys))
 def test_loads_dumps_round_trip(value: Any) -> None:
-    text = jsontext.dumps(value)
-    back = jsontext.loads(text)
+    text = _jsontext.dumps(value)
+    back = _jsontext.loads(text)
     assert _same(back, value)
-    assert jsontext.dumps(back) == text
+    assert _jsontext.dumps(back) == text
 
 
 @SETTINGS
 @given(value=json_values(any_keys))
 def test_fast_and_slow_writers_agree(value: Any) -> None:
     for order in (None, key_order):
-        slow = jsontext._write_slow(value, order)
+        slow = _jsontext._write_slow(value, order)
         try:
-            fast = jsontext._dumps_fast(jsontext._fast_copy(value, order))
-        except jsontext._Slow:
+            fast = _jsontext._dumps_fast(_jsontext._fast_copy(value, order))
+        except _jsontext._Slow:
             fast = slow  # the fast path declined this value; write() takes the slow one
         assert fast == slow
-        assert jsontext.write(value, order) == slow
+        assert _jsontext.write(value, order) == slow
 
 
 @SETTINGS
 @given(value=json_values(any_keys))
 def test_problems_finds_nothing_in_valid_values(value: Any) -> None:
-    assert list(jsontext.problems(value)) == []
+    assert list(_jsontext.problems(value)) == []
 
 
 @pytest.mark.parametrize("text", ["9007199254740994.0", "9.007199254740994e15", "-9.5e15"])
 def test_fast_writer_integral_floats_beyond_2_53(text: str) -> None:
     # repr() writes 9007199254740994.0 where JSON.stringify writes 9007199254740994.
-    value = jsontext.loads(text)
-    expected = jsontext.js_number(value)
-    assert jsontext.dumps(value) == expected
+    value = _jsontext.loads(text)
+    expected = _jsontext.js_number(value)
+    assert _jsontext.dumps(value) == expected
     assert canonical_json({"n": value}) == '{"n":' + expected + "}"
 
 
@@ -324,12 +324,12 @@ def test_js_number_matches_node_string() -> None:
     )
     node = json.loads(run.stdout)
     mismatches = [(x, js, ours) for x, (js, _) in zip(floats, node, strict=True)
-                  if (ours := jsontext.js_number(x)) != js]  # fmt: skip
+                  if (ours := _jsontext.js_number(x)) != js]  # fmt: skip
     assert mismatches == []
     # The writer (fast path included) agrees with JSON.stringify.
     written = [
-        (x, js, jsontext.dumps(x))
+        (x, js, _jsontext.dumps(x))
         for x, (_, js) in zip(floats, node, strict=True)
-        if jsontext.dumps(x) != js
+        if _jsontext.dumps(x) != js
     ]
     assert written == []

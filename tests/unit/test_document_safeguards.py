@@ -32,7 +32,7 @@ from support.documents import (
     reseal,
 )
 
-from cwstore import jsontext
+from cwstore import _jsontext
 from cwstore.document import (
     AgentState,
     Vocabulary,
@@ -159,7 +159,7 @@ def with_probe(d: Doc, i: int, replacement: str, *, as_key: bool = False) -> Doc
         args["probe"] = PROBE
     reseal(d)
     assert validate(d) == []
-    text = jsontext.dumps(d)
+    text = _jsontext.dumps(d)
     assert text.count(f'"{PROBE}"') == 1
     parsed = parse_document(text.replace(f'"{PROBE}"', replacement))
     assert isinstance(parsed, dict)
@@ -225,7 +225,7 @@ def test_version(doc: Doc, bad: Any) -> None:
 
 def test_version_one_as_float_is_accepted(doc: Doc) -> None:
     # JSON.parse("1.0") === 1: the runtime's `version !== 1` accepts it.
-    text = jsontext.dumps(doc).replace('{"version":1,', '{"version":1.0,', 1)
+    text = _jsontext.dumps(doc).replace('{"version":1,', '{"version":1.0,', 1)
     assert validate(parse_document(text)) == []
 
 
@@ -653,7 +653,7 @@ def test_sequence_huge(doc: Doc) -> None:
 
 def test_sequence_integral_float_is_accepted(doc: Doc) -> None:
     # JSON.parse("3.0") is the integer 3 for the runtime too.
-    text = jsontext.dumps(doc).replace('"sequence":3}', '"sequence":3.0}', 1)
+    text = _jsontext.dumps(doc).replace('"sequence":3}', '"sequence":3.0}', 1)
     assert '"sequence":3.0' in text
     assert validate(parse_document(text)) == []
 
@@ -841,18 +841,18 @@ def _nested_lists(levels: int) -> Any:
 
 def test_unrepresentable_nesting_deeper_than_max_depth(doc: Doc) -> None:
     i = _plain(doc)
-    doc["nodes"][i]["payload"] = _nested_lists(jsontext.MAX_DEPTH)
+    doc["nodes"][i]["payload"] = _nested_lists(_jsontext.MAX_DEPTH)
     reseal(doc)
     assert validate(doc) == []  # MAX_DEPTH levels: accepted
-    doc["nodes"][i]["payload"] = _nested_lists(jsontext.MAX_DEPTH + 1)
+    doc["nodes"][i]["payload"] = _nested_lists(_jsontext.MAX_DEPTH + 1)
     v = validate(doc)  # the id is left as it was; identity is not checked then
     assert [(x.code, x.index) for x in v] == [("unrepresentable", i)]
-    assert v[0].path == f"{np_(i)}.payload" + "[0]" * jsontext.MAX_DEPTH
+    assert v[0].path == f"{np_(i)}.payload" + "[0]" * _jsontext.MAX_DEPTH
 
 
 def test_unrepresentable_nesting_from_text(doc: Doc) -> None:
     i = tool_call_with_children(doc)
-    depth = jsontext.MAX_DEPTH + 5
+    depth = _jsontext.MAX_DEPTH + 5
     d = with_probe(doc, i, "[" * depth + "]" * depth)
     v = validate(d)
     assert [(x.code, x.index) for x in v] == [("unrepresentable", i)]
@@ -870,7 +870,7 @@ def test_unrepresentable_resource_key_with_nul(doc: Doc, key: str) -> None:
 def test_unrepresentable_resource_key_lone_surrogate(doc: Doc) -> None:
     i = chains(doc, semantic=False)[0][-1]
     key = doc["nodes"][i]["resourceKey"]
-    text = jsontext.dumps(doc)
+    text = _jsontext.dumps(doc)
     assert text.count(f'"resourceKey":"{key}"') >= 2
     # Only the last occurrence (node i is the newest version of the key).
     at = text.rindex(f'"resourceKey":"{key}"')
@@ -891,7 +891,7 @@ def test_unrepresentable_resource_key_nan_token(token: str) -> None:
     b.system("s")
     b.goal("g")
     node = b.resource(token, {"v": 1})
-    text = jsontext.dumps(b.state()).replace(f'"resourceKey":"{token}"', f'"resourceKey":{token}')
+    text = _jsontext.dumps(b.state()).replace(f'"resourceKey":"{token}"', f'"resourceKey":{token}')
     only(
         parse_document(text),
         "unrepresentable",
@@ -1116,7 +1116,7 @@ def _one_node_doc(payload: Any) -> Doc:
 
 
 def _round_trip(d: Doc) -> str:
-    text = jsontext.dumps(d)
+    text = _jsontext.dumps(d)
     parsed = parse_document(text)
     assert validate(parsed) == []
     assert AgentState.from_json(text).to_json() == text
@@ -1151,7 +1151,7 @@ def test_fidelity_deep_nesting_of_a_whole_payload_from_text() -> None:
     deep = _nested_lists(levels)
     d["nodes"][2]["payload"] = deep
     reseal(d)
-    text = jsontext.dumps(d)
+    text = _jsontext.dumps(d)
     assert text.count("[") >= levels
     assert validate(parse_document(text)) == []
 
@@ -1228,12 +1228,12 @@ def test_round_trip_matches_node_byte_for_byte(example: Doc) -> None:
     # Node re-serializes the documents as the runtime would write them (pretty, as
     # saved to disk, and compact); cwstore must read the pretty text and give back
     # exactly Node's compact text.
-    pairs = json.loads(node_stdout(_NODE_REWRITE, json.dumps([jsontext.dumps(d) for d in docs])))
+    pairs = json.loads(node_stdout(_NODE_REWRITE, json.dumps([_jsontext.dumps(d) for d in docs])))
     assert len(pairs) == len(docs)
     for d, (pretty, compact) in zip(docs, pairs, strict=True):
         assert validate(parse_document(pretty)) == []
         assert AgentState.from_json(pretty).to_json() == compact
-        assert jsontext.dumps(d) == compact
+        assert _jsontext.dumps(d) == compact
 
 
 def test_compact_form_of_generated_odd_sessions_python_side() -> None:
@@ -1241,7 +1241,7 @@ def test_compact_form_of_generated_odd_sessions_python_side() -> None:
     # the ids in the text are the ones cwstore computes.
     for seed in range(6):
         d = generate_session(seed, 3, odd_payloads=True)
-        text = jsontext.dumps(d)
+        text = _jsontext.dumps(d)
         state = AgentState.from_json(text)
         assert state.to_json() == text
         for node in state.nodes:

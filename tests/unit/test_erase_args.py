@@ -12,7 +12,7 @@ import pytest
 
 import cwstore
 from cwstore import GraphErasedError, InputError, UnknownGraphError
-from cwstore._args import timeout_settings
+from cwstore._arg_checks import timeout_settings
 from cwstore.cli import main
 from cwstore.cli.erase import parse_duration
 from cwstore.errors import from_sqlstate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cwstore import InputError
-from cwstore._args import check_graph_name
+from cwstore._arg_checks import check_graph_name
 
 
 @pytest.mark.parametrize(

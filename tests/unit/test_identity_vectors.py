@@ -67,20 +67,20 @@ def _refused(case: dict[str, Any], value: Any) -> bool:
     """True when a case tagged ``refusable`` is one cwstore refuses to store.
 
     Tagged cases (lone surrogates, non-finite or inexact numbers) are hashed by the
-    runtime, but cwstore may refuse them up front (``cwstore.jsontext.problems``);
+    runtime, but cwstore may refuse them up front (``cwstore._jsontext.problems``);
     then ``compute_id`` need not reproduce the runtime's id. If cwstore accepts
     such a value, it must get the id right like any other.
     """
     if "refusable" not in case:
         return False
-    from cwstore.jsontext import problems
+    from cwstore._jsontext import problems
 
     return any(True for _ in problems(value))
 
 
 def _assert_refused_as_unrepresentable(value: Any) -> None:
     """cwstore refuses what it cannot hash as the runtime does, and says why."""
-    from cwstore.jsontext import problems
+    from cwstore._jsontext import problems
 
     assert {code for code, _, _ in problems(value)} == {"unrepresentable"}
 

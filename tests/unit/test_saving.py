@@ -1,4 +1,4 @@
-"""cwstore.saving: the plan of a save, driven here without a database. Each test
+"""cwstore._saving: the plan of a save, driven here without a database. Each test
 answers the plan's requests as ``append_v1`` and the reads would, and checks what the
 plan asks for next, what it returns and what the store remembers after."""
 
@@ -18,7 +18,7 @@ from cwstore import (
     LengthConflictError,
     ValidationError,
 )
-from cwstore.saving import (
+from cwstore._saving import (
     AppendNodes,
     FindMismatch,
     ReadFrontier,
@@ -28,7 +28,7 @@ from cwstore.saving import (
     SavePlan,
     StoredGraph,
 )
-from cwstore.suffix import SavedPrefix, SaveMemory, read_state
+from cwstore._suffix import SavedPrefix, SaveMemory, read_state
 
 GRAPH = "g"
 GRAPH_ID = 7

@@ -1,4 +1,4 @@
-"""cwstore.suffix: reading a state for save, the prefix it is checked against, and the
+"""cwstore._suffix: reading a state for save, the prefix it is checked against, and the
 suffix check (pure, no server)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from support.documents import GraphBuilder
 
 from cwstore import AgentState, ValidationError, compute_id, validate
+from cwstore._suffix import SavedPrefix, SaveMemory, check_suffix, read_state
 from cwstore.document import CausalNode
-from cwstore.suffix import SavedPrefix, SaveMemory, check_suffix, read_state
 
 
 def _state(extra: int = 0) -> dict[str, Any]:

@@ -24,14 +24,14 @@ graph, even when it is erased and created again meanwhile.
 
 How a save goes (each step below is one of the store's round trips or transactions):
 
-1. The state is read (:func:`~cwstore.suffix.read_state`) and compared with what the
-   store remembers of the graph (:class:`~cwstore.suffix.SaveMemory`).
+1. The state is read (:func:`~cwstore._suffix.read_state`) and compared with what the
+   store remembers of the graph (:class:`~cwstore._suffix.SaveMemory`).
 2. Nothing new (the state is exactly the remembered prefix): the graph's length and
    frontier are read; when the length is still the prefix's, the save is done, after
    declaring the state's frontier if it differs (the last node sent again, which writes
    nothing else). A save with nothing new costs this, whatever the graph's size.
 3. New nodes past the remembered prefix: they are checked against it
-   (:func:`~cwstore.suffix.check_suffix`) and appended at its length. An erased graph
+   (:func:`~cwstore._suffix.check_suffix`) and appended at its length. An erased graph
    refuses that append (a length conflict, :class:`GraphErasedError`, or a refused
    batch whose parents are not there); then, or when the rows show another writer got
    there first, the memory of the graph is dropped and the save goes on cold.
@@ -48,10 +48,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from ._rows import stored_nodes
-from .document import CausalNode, validate
-from .drivers._protocol import Row
-from .errors import ConflictError, DivergedError, Error, GraphErasedError, ValidationError
-from .suffix import (
+from ._suffix import (
     SavedPrefix,
     SaveMemory,
     StateToSave,
@@ -59,6 +56,9 @@ from .suffix import (
     check_suffix,
     read_state,
 )
+from .document import CausalNode, validate
+from .drivers._protocol import Row
+from .errors import ConflictError, DivergedError, Error, GraphErasedError, ValidationError
 
 __all__ = [
     "AppendNodes",

@@ -11,7 +11,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from . import jsontext
+from . import _jsontext
 from .document import Vocabulary
 from .errors import InputError
 
@@ -66,7 +66,7 @@ def check_key(key: object) -> str:
     U+0000, no lone surrogate), else :class:`InputError`."""
     if not isinstance(key, str) or not key:
         raise InputError(f"a key must be a non-empty string, got {key!r}")
-    if "\x00" in key or jsontext._bad_string(key):
+    if "\x00" in key or _jsontext._bad_string(key):
         raise InputError("a key cannot hold U+0000 or a lone surrogate")
     return key
 
@@ -88,7 +88,7 @@ def check_graph_name(graph: Any) -> str:
     """
     if not isinstance(graph, str) or not graph:
         raise InputError(f"a graph name must be a non-empty string, got {graph!r}")
-    if "\x00" in graph or jsontext._bad_string(graph):
+    if "\x00" in graph or _jsontext._bad_string(graph):
         raise InputError("a graph name cannot hold U+0000 or a lone surrogate")
     if len(graph.encode("utf-8")) > MAX_GRAPH_NAME_BYTES:
         raise InputError(
@@ -139,7 +139,7 @@ def check_tenant(tenant: Any) -> str:
         not isinstance(tenant, str)
         or not tenant
         or "\x00" in tenant
-        or jsontext._bad_string(tenant)
+        or _jsontext._bad_string(tenant)
     ):
         raise InputError(
             f"tenant must be a non-empty string without NUL or lone surrogates, got {tenant!r}"
@@ -218,7 +218,7 @@ def check_reason(reason: Any) -> str | None:
     :data:`MAX_REASON_BYTES`, else :class:`InputError`."""
     if reason is None:
         return None
-    if not isinstance(reason, str) or "\x00" in reason or jsontext._bad_string(reason):
+    if not isinstance(reason, str) or "\x00" in reason or _jsontext._bad_string(reason):
         raise InputError(f"reason must be a string without NUL or lone surrogates, got {reason!r}")
     if len(reason.encode("utf-8")) > MAX_REASON_BYTES:
         raise InputError(
@@ -247,7 +247,7 @@ def check_retention_group(group: Any) -> str:
         not isinstance(group, str)
         or not group
         or "\x00" in group
-        or jsontext._bad_string(group)
+        or _jsontext._bad_string(group)
         or len(group.encode("utf-8")) > MAX_RETENTION_GROUP_BYTES
     ):
         raise InputError(
