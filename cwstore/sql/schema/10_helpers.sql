@@ -163,7 +163,7 @@ COMMENT ON FUNCTION cwstore.graph_key(text, integer) IS
 
 -- The longest graph name, in bytes of UTF-8: every door refuses a longer one when it
 -- would create the graph (ensure_graph_v1, and so append_v1 and begin_import_v1), and
--- the clients refuse it before sending (cwstore._store_base.MAX_GRAPH_NAME_BYTES, the
+-- the clients refuse it before sending (cwstore._arg_checks.MAX_GRAPH_NAME_BYTES, the
 -- same number, checked by tests/db/test_limits.py). Messages quote at most 200
 -- characters of a name.
 CREATE FUNCTION cwstore.max_graph_name_bytes() RETURNS integer

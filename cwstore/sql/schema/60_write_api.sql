@@ -268,7 +268,7 @@ $$;
 --     since the text is stored and given back byte for byte (code shape);
 --   * numbers: finite, integers within +-(2^53-1) unless JavaScript writes them back
 --     digit for digit (unrepresentable);
---   * nesting at most 10,000 levels (cwstore.jsontext.MAX_DEPTH; unrepresentable);
+--   * nesting at most 10,000 levels (cwstore._jsontext.MAX_DEPTH; unrepresentable);
 --   * no object repeats a member name (shape; JSON.parse keeps only the last).
 CREATE FUNCTION cwstore._payload_problem(p_text text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
