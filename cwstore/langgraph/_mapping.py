@@ -18,7 +18,8 @@ A :meth:`put` becomes one append batch:
 - the checkpoint itself is one small ``verification`` node of the key
   ``lg:cp:<checkpoint_id>`` whose payload holds the checkpoint's fields (ids, versions,
   metadata) and points at the nodes holding its values; its parents are the parent
-  checkpoint's node and the nodes the step wrote.
+  checkpoint's node, the nodes the step wrote and, for a step of the loop, the parent's
+  pending writes it applied (the head of their chain, when the saver knows it).
 
 Branches (a fork from an old checkpoint, ``update_state`` on one, a replay): a key's
 chain only ever links a version to the version it replaced in the checkpoint it was
@@ -748,6 +749,13 @@ class PutPlan:
         parents = list(tips)
         if self.parent.node_id is not None:
             parents.append(self.parent.node_id)
+        if self.parent_id is not None and self.metadata.get("source") == "loop":
+            # A step of the loop applied the parent's pending writes (the last batch the
+            # saver knows of): with them as parents, the graph's own frontier after the
+            # put is this node, as the put declares it.
+            writes = heads.get(writes_key(self.parent_id))
+            if writes is not None:
+                parents.append(writes[0])
         head = heads.get(key)
         if head is not None:  # the same checkpoint put again: a new version of it
             parents.append(head[0])

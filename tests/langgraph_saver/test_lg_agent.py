@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint, uuid6
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -120,6 +120,54 @@ def test_each_message_is_one_node_of_its_kind(db_dsn: str, store: cwstore.Store)
     )
     # Two turns (human, tool call, tool result, answer) and the fork's turn.
     assert kinds == {"goal": 3, "tool_call": 3, "tool_result": 3, "answer": 3}
+
+
+def _put(
+    saver: CwstoreSaver, config: Any, step: int, source: str, messages: list[BaseMessage]
+) -> Any:
+    checkpoint: Any = {
+        **empty_checkpoint(),
+        "id": str(uuid6(clock_seq=step)),
+        "channel_values": {"messages": messages},
+        "channel_versions": {"messages": step + 1},
+    }
+    metadata: Any = {"source": source, "step": step, "parents": {}}
+    return saver.put(config, checkpoint, metadata, {"messages": step + 1})
+
+
+def test_a_step_of_the_loop_follows_the_writes_it_applied(
+    db_dsn: str, store: cwstore.Store
+) -> None:
+    # The pending writes of a checkpoint are what the loop's next step applied: that
+    # step's checkpoint has their last batch among its parents, so the graph's own
+    # frontier after the put is the new checkpoint, as the put declares it (before, the
+    # writes stayed a head of their own and every put rewrote the frontier's history).
+    saver = CwstoreSaver(store)
+    config: Any = {"configurable": {"thread_id": "t-writes", "checkpoint_ns": ""}}
+    hello = HumanMessage("hello", id="h-1")
+    first = _put(saver, config, 0, "input", [hello])
+    saver.put_writes(first, [("messages", [AIMessage("hi", id="ai-1")])], "task-1")
+    second = _put(saver, first, 1, "loop", [hello, AIMessage("hi", id="ai-1")])
+    saver.put_writes(second, [("messages", [HumanMessage("again", id="h-2")])], "task-2")
+    third = _put(saver, second, 2, "input", [hello, AIMessage("hi", id="ai-1")])
+    nodes = {
+        key: (node_id, parents)
+        for key, node_id, parents in _rows(
+            db_dsn,
+            "SELECT resource_key, id, parents FROM cwstore.node_view WHERE graph = %s",
+            "langgraph:t-writes",
+        )
+    }
+
+    def cp(c: Any) -> str:
+        return "lg:cp:" + c["configurable"]["checkpoint_id"]
+
+    def writes(c: Any) -> str:
+        return "lg:w:" + c["configurable"]["checkpoint_id"]
+
+    assert nodes[writes(first)][0] in nodes[cp(second)][1]
+    # An input is not a step that applied the writes before it: no such edge.
+    assert nodes[writes(second)][0] not in nodes[cp(third)][1]
 
 
 def test_a_fork_gains_no_edge_into_the_other_branch(db_dsn: str, store: cwstore.Store) -> None:
