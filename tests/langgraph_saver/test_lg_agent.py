@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint, uuid6
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -160,10 +161,10 @@ def test_a_step_of_the_loop_follows_the_writes_it_applied(
     }
 
     def cp(c: Any) -> str:
-        return "lg:cp:" + c["configurable"]["checkpoint_id"]
+        return "lg:cp:" + str(c["configurable"]["checkpoint_id"])
 
     def writes(c: Any) -> str:
-        return "lg:w:" + c["configurable"]["checkpoint_id"]
+        return "lg:w:" + str(c["configurable"]["checkpoint_id"])
 
     assert nodes[writes(first)][0] in nodes[cp(second)][1]
     # An input is not a step that applied the writes before it: no such edge.
