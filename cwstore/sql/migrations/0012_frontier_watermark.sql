@@ -25,8 +25,12 @@
 -- length.
 --
 -- Safe with live writers: no: appends wait on the graphs table's lock for the UPDATE
--- that fills the new columns (one pass over graphs), then take the new functions.
+-- that fills the new columns (one pass over graphs), then take the new functions. On a
+-- Citus cluster already distributed, the new trigger on graphs needs
+-- citus.enable_unsafe_triggers, set below for this transaction as in 0004 (without
+-- Citus an unused placeholder).
 
+SET LOCAL citus.enable_unsafe_triggers = on;
 SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 
 -- 20_tables
