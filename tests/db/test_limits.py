@@ -139,6 +139,40 @@ def test_large_payloads_are_checked_for_repeated_names_in_slices(
     assert (row[0] is None) == unique, row
 
 
+_SMALL_TEXTS = [
+    ('{"a":1,"b":[2,3]}', None),
+    ('{"a":1,"a":2}', "shape"),
+    ('[{},[],{"a":[]},{"a":{}}]', None),
+    ('[{"a":[],"a":{}}]', "shape"),
+    ('{"x":[{}],"y":[[]],"z":[{"q":[]}]}', None),
+    ('{"x":[{}],"y":[[]],"x":[{"q":[]}]}', "shape"),
+    ('{"a":{"b":1},"c":{"b":2}}', None),
+    ('{"a":{"b":1,"c":{"b":2,"b":3}}}', "shape"),
+    ('{"t":true,"f":false,"n":null,"i":12}', None),
+    ('{"t":true,"f":false,"x":1.50}', "shape"),
+    ('{"t":true,"x":1e400}', "unrepresentable"),
+    ('{"t":true,"x":12345678901234567}', "unrepresentable"),
+    ('{"t":true,"x":1.5,"y":1e+21,"z":-0.5}', None),
+    ('{"y":1e21}', "shape"),
+    ('{"f":false,"x":-0}', "shape"),
+    ('[true,false,"e",1E2]', "shape"),
+]
+
+
+@pytest.mark.parametrize(("text", "code"), _SMALL_TEXTS)
+def test_small_payloads_get_the_verdict_of_the_rules(
+    db_dsn: str, text: str, code: str | None
+) -> None:
+    """Repeated names (counted as values, empty containers included) and numbers (read
+    where one may need it, true and false aside) in texts under 64 kB: the SQL check
+    refuses what the runtime's JSON.parse and JSON.stringify would not keep, with the
+    code import gives it."""
+    with psycopg.connect(db_dsn) as conn:
+        row = conn.execute("SELECT cwstore._payload_problem(%s)", (text,)).fetchone()
+    assert row is not None
+    assert (row[0] or "|").split("|")[0] == (code or "")
+
+
 def test_an_erasure_reason_has_one_limit_at_every_door(db_dsn: str) -> None:
     """The clients and the audit table refuse a reason past 1,000 bytes alike; the
     refused erasure erases nothing."""

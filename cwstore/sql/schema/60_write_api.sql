@@ -185,13 +185,16 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
     HAVING count(*) > 1)
 $$;
 
--- _json_values(bare) -> how many values (containers, strings that are not member
--- names, numbers, literals) a JSON text holds, given with every string written "".
+-- _json_values(bare) -> how many values a JSON text holds, its root included, given
+-- with every string written "": every value but the root follows a comma or opens a
+-- container that is not empty, so 1 + commas + containers - empty containers (counted
+-- apart: '[{}]' holds one empty container, not two).
 CREATE FUNCTION cwstore._json_values(p_bare text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT length(b) - length(translate(b, '{[', '')) + (length(b) - length(replace(b, '""', ''))) / 2
-         + regexp_count(b, '-?[0-9][0-9.eE+-]*|true|false|null')
-    FROM (SELECT replace(p_bare, '"":', ':') AS b) x
+  SELECT 1 + (length(p_bare) - length(replace(p_bare, ',', '')))
+         + (length(p_bare) - length(translate(p_bare, '{[', '')))
+         - (length(p_bare) - length(replace(p_bare, '{}', ''))) / 2
+         - (length(p_bare) - length(replace(p_bare, '[]', ''))) / 2
 $$;
 
 -- _members_unique_small(text, bare): _members_unique by counting values in the text
@@ -224,13 +227,14 @@ $$;
 
 -- _bare_number_problem(bare) -> the first number of a bare JSON text that
 -- JSON.stringify would not write as it is written, or NULL; read between commas (no
--- number spans one).
+-- number spans one). Only parts that may hold such a number are read: a fraction or an
+-- exponent (after a digit: true and false hold an e), 16 digits or more, or -0.
 CREATE FUNCTION cwstore._bare_number_problem(p_bare text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
   SELECT m[1]
     FROM string_to_table(p_bare, ',') WITH ORDINALITY AS x(t, o)
    CROSS JOIN LATERAL regexp_matches(x.t, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
-   WHERE x.t ~ '[.eE]|[0-9]{16}|-0'
+   WHERE x.t ~ '[0-9][.eE]|[0-9]{16}|-0'
      AND m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
    ORDER BY x.o
    LIMIT 1
@@ -310,7 +314,7 @@ BEGIN
     RETURN 'shape|$.payload|whitespace outside strings: send the payload as JSON.stringify writes it (compact)';
   END IF;
   IF octet_length(v_bare) <= 65536 THEN
-    IF v_bare ~ '[.eE]|[0-9]{16}|-0' THEN
+    IF v_bare ~ '[0-9][.eE]|[0-9]{16}|-0' THEN
       SELECT m[1] INTO v_tok
         FROM regexp_matches(v_bare, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
        WHERE m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
