@@ -5,7 +5,9 @@ A graph is written one node at a time, with branches, semantic nodes, parentless
 nodes and a frontier declared half-way. At every sequence, the frontier that
 ``frontier_at`` and ``export_v1`` give is SPEC 4's fold of the prefix (from the declared
 frontier on, the fold from it): while the watermark trails the graph, and again after
-``cwstore.derive_v1`` has brought it to the graph's length. The current frontier is read
+``cwstore.derive_v1`` has brought it to the graph's length; and with many frontiers
+declared (some past the watermark when read, some at one length, some in batches). The
+current frontier is read
 from the graph's row, not from the spans; the row's frontier and watermark are kept by
 cwstore alone.
 """
@@ -108,8 +110,9 @@ async def test_every_read_of_the_frontier_answers_across_the_watermark(
         lag = int(conn.execute("SELECT cwstore.derive_lag()").fetchone()[0])  # type: ignore[index]
         length, watermark = _row(conn, graph)
         assert length == LENGTH
-        # Written every derive_lag() nodes from the declaration on: trailing, not behind.
-        assert watermark == DECLARED_AT + lag * ((LENGTH - DECLARED_AT) // lag)
+        # Written every derive_lag() nodes (the declaration too, when its run was):
+        # trailing, not behind.
+        assert watermark == lag * (LENGTH // lag)
         assert 0 < length - watermark < lag
         assert _frontiers(conn, graph) == expected
 
@@ -117,6 +120,84 @@ async def test_every_read_of_the_frontier_answers_across_the_watermark(
         assert _row(conn, graph) == (LENGTH, LENGTH)
         assert _frontiers(conn, graph) == expected
     assert await store.frontier(graph) == expected[-1]
+
+
+# Where frontiers are declared in the second test: after node n (the append that
+# writes n declares it), heads by position in the session; (n, None) declares again at
+# n through declare_frontier_v1, with the heads after it.
+DECLARATIONS: dict[int, list[list[int]]] = {
+    9: [[2, 8]],
+    12: [[]],  # no heads at all
+    40: [[39], [3, 39]],  # twice at one length: the last one is the frontier there
+    41: [[40]],  # what the fold gives anyway
+    75: [[10, 20, 30, 74]],
+    100: [[99]],
+    101: [[1]],
+    130: [[129, 128, 60]],  # in an order of its own
+    161: [[160]],
+}
+BATCHES = {20: 3, 50: 5, 125: 6}  # nodes from n on appended together (n..n+k-1)
+READ_AT = (15, 45, 76, 101, 127, 131, 170, LENGTH)
+
+
+def _declared_fold(nodes: list[dict[str, Any]], s: int) -> list[str]:
+    """SPEC 4's fold of the first s nodes, from the last frontier declared by then."""
+    at = max((n for n in DECLARATIONS if n <= s), default=0)
+    if at == 0:
+        return cwstore.fold_frontier(nodes[:s])
+    heads = [nodes[i - 1]["id"] for i in DECLARATIONS[at][-1]]
+    return cwstore.fold_frontier(nodes[at:s], start=heads)
+
+
+def _frontier_reads(conn: psycopg.Connection[Any], graph: str, length: int) -> list[list[str]]:
+    return [
+        [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM cwstore.frontier_at(%s, %s) ORDER BY position", (graph, s)
+            )
+        ]
+        for s in range(length + 1)
+    ]
+
+
+async def test_frontiers_declared_past_the_watermark_answer_where_declared(
+    store: Any, graph: str, db_dsn: str
+) -> None:
+    nodes, _ = _session()
+    expected = [_declared_fold(nodes, s) for s in range(LENGTH + 1)]
+    i, tails = 1, 0
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        while i <= LENGTH:
+            batch = nodes[i - 1 : i - 1 + BATCHES.get(i, 1)]
+            last = i + len(batch) - 1
+            declared = DECLARATIONS.get(last, [])
+            frontier = [nodes[h - 1]["id"] for h in declared[0]] if declared else None
+            await store.append(graph, batch, frontier=frontier)
+            for again in declared[1:]:
+                row = conn.execute("SELECT cwstore.graph_id_of(%s)", (graph,)).fetchone()
+                assert row is not None
+                conn.execute(
+                    "SELECT cwstore.declare_frontier_v1(%s, %s)",
+                    (row[0], [nodes[h - 1]["id"] for h in again]),
+                )
+            i = last + 1
+            if last in READ_AT:
+                assert _frontier_reads(conn, graph, last) == expected[: last + 1], last
+                _, watermark = _row(conn, graph)
+                tails += any(watermark < n <= last for n in DECLARATIONS)
+        assert tails >= 4  # reads that folded from a declaration past the watermark
+        length, watermark = _row(conn, graph)
+        assert length == LENGTH and 0 < length - watermark < cwstore_lag(conn)
+        assert _frontiers(conn, graph) == expected
+        conn.execute("SELECT cwstore.derive_v1(%s)", (graph,))
+        assert _frontiers(conn, graph) == expected
+
+
+def cwstore_lag(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT cwstore.derive_lag()").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def test_the_current_frontier_is_read_from_the_graphs_row(

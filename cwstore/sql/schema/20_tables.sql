@@ -147,7 +147,7 @@ CREATE INDEX frontier_spans_closed_idx ON cwstore.frontier_spans
   USING gist (cwstore.span_band(graph_id, from_seq, to_seq))
   WHERE to_seq <> cwstore.infinity_seq();
 COMMENT ON TABLE cwstore.frontier_spans IS
-  'Frontier history through the graph''s derived_length: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for heads still open at derived_length. cwstore.frontier_at answers at every s (it folds the nodes after the watermark); the current frontier is graphs.frontier_seqs.';
+  'Frontier history through the graph''s derived_length: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for heads still open at derived_length. cwstore.frontier_at answers at every s (past the watermark it folds the nodes after it, from the last frontier declared there if any); the current frontier is graphs.frontier_seqs.';
 
 CREATE TABLE cwstore.frontier_declarations (
   declaration_id  bigint GENERATED ALWAYS AS IDENTITY,
@@ -157,9 +157,9 @@ CREATE TABLE cwstore.frontier_declarations (
   declared_at     timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT frontier_declarations_pkey PRIMARY KEY (graph_id, declaration_id)
 );
-CREATE INDEX frontier_declarations_seq_idx ON cwstore.frontier_declarations (graph_id, seq);
+CREATE INDEX frontier_declarations_seq_idx ON cwstore.frontier_declarations (graph_id, seq, declaration_id);
 COMMENT ON TABLE cwstore.frontier_declarations IS
-  'Frontiers declared by writers (an imported document''s, or one given with an append), exactly as given, at the graph length when declared.';
+  'Frontiers declared by writers (an imported document''s, or one given with an append), exactly as given, at the graph length when declared (the last at a length is the frontier there). One declared past the graph''s derived_length enters frontier_spans when that run is derived.';
 
 CREATE TABLE cwstore.key_versions (
   graph_id  bigint NOT NULL,

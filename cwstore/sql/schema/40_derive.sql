@@ -203,6 +203,9 @@ END $$;
 -- first such node; each folding node of the run gets its span, closed where a later one
 -- took it as a parent, else open. The caller holds the graph's row and moves the
 -- watermark. (Only semantic nodes among those with parents leave the frontier alone.)
+-- A frontier declared within the run (the last one at its sequence d) closes every span
+-- open at d, and opens one per declared head at d, in the declared order, closed where a
+-- later folding node takes it as a parent or the next declaration comes.
 CREATE FUNCTION cwstore._derive_spans(p_graph_id bigint, p_from bigint, p_to bigint)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -214,6 +217,7 @@ DECLARE
   e_parent bigint[];
   c_parent bigint[];
   c_at bigint[];
+  d_seq bigint[];
 BEGIN
   -- The run's nodes and edges in nodes_pkey's and edges_pkey's order: only those
   -- indexes give it, so a plan made while the tables were tiny cannot read the graph's
@@ -235,16 +239,98 @@ BEGIN
             JOIN unnest(a_seq, a_kind) AS n(seq, kind) ON n.seq = e.child_seq
            WHERE n.kind <> 'semantic'
            GROUP BY e.parent_seq) x;
-  -- Only open spans (the partial index), so this join stays small at any size.
-  UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
-    FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
-   WHERE s.graph_id = p_graph_id AND s.head_seq = c.parent_seq AND c.parent_seq <= p_from
+  -- The run's declarations in frontier_declarations_seq_idx's order (as above).
+  SELECT array_agg(DISTINCT d.seq ORDER BY d.seq) INTO d_seq
+    FROM (SELECT f.seq FROM cwstore.frontier_declarations f
+           WHERE f.graph_id = p_graph_id AND f.seq > p_from AND f.seq <= p_to
+           ORDER BY f.seq) d;
+
+  IF d_seq IS NULL THEN
+    -- Only open spans (the partial index), so this join stays small at any size.
+    UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
+      FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+     WHERE s.graph_id = p_graph_id AND s.head_seq = c.parent_seq AND c.parent_seq <= p_from
+       AND s.to_seq = cwstore.infinity_seq();
+    INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+    SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
+      FROM unnest(a_seq, a_folds) AS n(seq, folds)
+      LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+     WHERE n.folds;
+    RETURN;
+  END IF;
+  PERFORM cwstore._derive_declared_spans(p_graph_id, p_from, a_seq, a_folds, a_kind,
+                                         e_child, e_parent, c_parent, c_at, d_seq);
+END $$;
+
+-- _derive_declared_spans(graph_id, from, run nodes, run edges, first closings,
+-- declarations): _derive_spans for a run holding declared frontiers (d_seq, ascending):
+-- every span ends at the first of its closing node and the first declaration at or
+-- after its start (a node's own span is empty when a declaration comes at its own
+-- sequence, and is not written); each declaration's heads (its last at that sequence)
+-- open at it. The next declaration is found by width_bucket (a binary search of d_seq:
+-- how many declarations come at or before a sequence).
+CREATE FUNCTION cwstore._derive_declared_spans(p_graph_id bigint, p_from bigint,
+                                               a_seq bigint[], a_folds boolean[],
+                                               a_kind text[], e_child bigint[],
+                                               e_parent bigint[], c_parent bigint[],
+                                               c_at bigint[], d_seq bigint[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  h_at bigint[];
+  h_seq bigint[];
+  h_ord integer[];
+  v_first bigint;
+BEGIN
+  -- Each declaration's heads, by sequence (found when it was declared), in its order.
+  SELECT array_agg(d.seq ORDER BY d.seq, u.o), array_agg(n.seq ORDER BY d.seq, u.o),
+         array_agg(u.o::integer - 1 ORDER BY d.seq, u.o)
+    INTO h_at, h_seq, h_ord
+    FROM unnest(d_seq) AS d(seq)
+    CROSS JOIN LATERAL (SELECT f.heads FROM cwstore.frontier_declarations f
+                         WHERE f.graph_id = p_graph_id AND f.seq >= d.seq AND f.seq <= d.seq
+                         ORDER BY f.seq DESC, f.declaration_id DESC LIMIT 1) f
+    CROSS JOIN LATERAL unnest(f.heads) WITH ORDINALITY AS u(h, o)
+    JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                   WHERE n.graph_id = p_graph_id AND n.id = u.h LIMIT 1) n ON true;
+
+  -- The spans open at the watermark: all end within the run, at the first declaration
+  -- if nothing took their head before it.
+  v_first := d_seq[1];
+  UPDATE cwstore.frontier_spans s SET to_seq = least(coalesce(c.close_seq, v_first), v_first)
+    FROM (SELECT o.head_seq, c.close_seq
+            FROM (SELECT r.head_seq FROM cwstore.frontier_spans r
+                   WHERE r.graph_id = p_graph_id AND r.to_seq = cwstore.infinity_seq()
+                     AND r.from_seq <= p_from) o
+            LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+              ON c.parent_seq = o.head_seq) c
+   WHERE s.graph_id = p_graph_id AND s.head_seq = c.head_seq
      AND s.to_seq = cwstore.infinity_seq();
+
   INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
-  SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
-    FROM unnest(a_seq, a_folds) AS n(seq, folds)
-    LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
-   WHERE n.folds;
+  SELECT p_graph_id, x.head_seq, x.from_seq, x.ord, x.to_seq
+    FROM (SELECT n.seq AS head_seq, n.seq AS from_seq, 0 AS ord,
+                 least(coalesce(c.close_seq, cwstore.infinity_seq()),
+                       CASE WHEN d_seq[width_bucket(n.seq, d_seq)] = n.seq THEN n.seq
+                            ELSE coalesce(d_seq[width_bucket(n.seq, d_seq) + 1],
+                                          cwstore.infinity_seq()) END) AS to_seq
+            FROM unnest(a_seq, a_folds) AS n(seq, folds)
+            LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+           WHERE n.folds
+          UNION ALL
+          SELECT h.head_seq, h.at, h.ord,
+                 least(coalesce(k.close_seq, cwstore.infinity_seq()),
+                       coalesce(d_seq[width_bucket(h.at, d_seq) + 1], cwstore.infinity_seq()))
+            FROM unnest(h_at, h_seq, h_ord) AS h(at, head_seq, ord)
+            LEFT JOIN (SELECT g.at, g.head_seq, min(e.child_seq) AS close_seq
+                         FROM unnest(h_at, h_seq) AS g(at, head_seq)
+                         JOIN unnest(e_child, e_parent) AS e(child_seq, parent_seq)
+                           ON e.parent_seq = g.head_seq AND e.child_seq > g.at
+                         JOIN unnest(a_seq, a_kind) AS n(seq, kind)
+                           ON n.seq = e.child_seq AND n.kind <> 'semantic'
+                        GROUP BY g.at, g.head_seq) k
+              ON k.at = h.at AND k.head_seq = h.head_seq) x
+   WHERE x.from_seq < x.to_seq;
 END $$;
 
 -- _derive_chains(graph_id, keys, seqs, ids, parents): a batch's keyed nodes (in sequence
@@ -547,17 +633,23 @@ CREATE TRIGGER nodes_inserted AFTER INSERT ON cwstore.nodes
 -- declared frontiers
 -- ---------------------------------------------------------------------------------
 
+-- A declared frontier (a row of frontier_declarations) is checked (declared at the
+-- graph's length, its heads nodes of the graph, each once) and, when it differs from
+-- the current frontier, becomes it; the frontier's history takes it where it was
+-- declared: now when the spans are written up to the length, else when the run that
+-- holds it is derived (_derive_spans), reads past the watermark folding from it.
 CREATE FUNCTION cwstore._frontier_declared() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
   g_length bigint;
+  g_derived bigint;
   g_name text;
   g_frontier bigint[];
   current_heads text[];
   missing text;
   seqs bigint[];
 BEGIN
-  SELECT length, name, frontier_seqs INTO g_length, g_name, g_frontier
+  SELECT length, name, frontier_seqs, derived_length INTO g_length, g_name, g_frontier, g_derived
     FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'CW404',
@@ -596,9 +688,12 @@ BEGIN
     RETURN NULL;
   END IF;
 
-  -- The spans are rewritten at the graph's length: their history first comes up to it.
-  PERFORM cwstore._derive_history(NEW.graph_id, g_length);
   UPDATE cwstore.graphs g SET frontier_seqs = coalesce(seqs, '{}') WHERE g.graph_id = NEW.graph_id;
+  -- The spans: when their history is behind the declaration, the run that passes it
+  -- applies it (_derive_spans); else they are rewritten at the graph's length now.
+  IF g_derived < g_length THEN
+    RETURN NULL;
+  END IF;
   DELETE FROM cwstore.frontier_spans
    WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq() AND from_seq = NEW.seq;
   UPDATE cwstore.frontier_spans SET to_seq = NEW.seq

@@ -982,10 +982,13 @@ BEGIN
                      WHERE n.graph_id = p_graph_id AND n.id = u.id LIMIT 1) n ON true;
     IF coalesce(p_expected, v_last, p_len) <> p_len
        OR p_heads IS NOT DISTINCT FROM (
-            SELECT coalesce(array_agg(n.id ORDER BY s.from_seq, s.ord), '{}')
-              FROM cwstore.frontier_spans s
-              JOIN cwstore.nodes n ON n.graph_id = s.graph_id AND n.seq = s.head_seq
-             WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()) THEN
+            SELECT coalesce(array_agg(n.id ORDER BY u.o), '{}')
+              FROM cwstore.graphs g
+             CROSS JOIN LATERAL unnest(g.frontier_seqs) WITH ORDINALITY AS u(s, o)
+              JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                             WHERE n.graph_id = p_graph_id AND n.seq >= u.s AND n.seq <= u.s
+                             ORDER BY n.seq LIMIT 1) n ON true
+             WHERE g.graph_id = p_graph_id) THEN
       RETURN;
     END IF;
   END IF;

@@ -131,14 +131,17 @@ COMMENT ON FUNCTION cwstore._spans_at(bigint, bigint) IS
 -- _frontier_at(graph_id, s) -> (position, seq)
 --   The frontier after node s, in order (position from 0). s NULL = now.
 --   Cost: now, the graph's row (graphs.frontier_seqs), O(h); at s up to the watermark,
---   the spans (_spans_at), O(log n + h); past it, the spans at the watermark folded
---   with the nodes after it, fewer than cwstore.derive_lag(): their rows and edges by
---   two primary-key range scans.
+--   the spans (_spans_at), O(log n + h); past it, the frontier at the watermark (the
+--   spans), or the last frontier declared after it, folded with the nodes after that,
+--   fewer than cwstore.derive_lag(): their rows and edges by two primary-key range scans.
 CREATE FUNCTION cwstore._frontier_at(p_graph_id bigint, p_seq bigint)
 RETURNS TABLE ("position" integer, seq bigint)
 LANGUAGE plpgsql STABLE ROWS 4 AS $$
 DECLARE
   g record;
+  v_from bigint;
+  v_heads text[];
+  v_base bigint[];
   v_new bigint[];
   v_semantic bigint[];
   v_closed bigint[];
@@ -149,36 +152,50 @@ BEGIN
     RETURN QUERY
     SELECT u.o::integer - 1, u.s FROM unnest(g.frontier_seqs) WITH ORDINALITY AS u(s, o)
      ORDER BY u.o;
+    RETURN;
   ELSIF p_seq <= g.derived_length THEN
     RETURN QUERY SELECT f.position, f.seq FROM cwstore._spans_at(p_graph_id, p_seq) f;
-  ELSE
-    -- The run's folding nodes, and its semantic nodes: of the nodes with parents, the
-    -- only ones that leave the frontier alone (usually none). Nodes and edges in their
-    -- primary keys' order, as in _derive_spans.
-    SELECT array_agg(n.seq ORDER BY n.seq)
-             FILTER (WHERE NOT (n.kind = 'semantic'
-                                OR (n.kind = 'system' AND cardinality(n.parents) = 0))),
-           coalesce(array_agg(n.seq) FILTER (WHERE n.kind = 'semantic'), '{}')
-      INTO v_new, v_semantic
-      FROM (SELECT r.seq, r.kind, r.parents FROM cwstore.nodes r
-             WHERE r.graph_id = p_graph_id AND r.seq > g.derived_length AND r.seq <= p_seq
-             ORDER BY r.seq) n;
-    SELECT array_agg(e.parent_seq) FILTER (WHERE e.child_seq <> ALL (v_semantic)) INTO v_closed
-      FROM (SELECT r.child_seq, r.parent_seq FROM cwstore.edges r
-             WHERE r.graph_id = p_graph_id AND r.child_seq > g.derived_length
-               AND r.child_seq <= p_seq
-             ORDER BY r.child_seq) e;
-    RETURN QUERY
-    SELECT u.o::integer - 1, u.s
-      FROM unnest(cwstore._fold_frontier(
-             ARRAY(SELECT f.seq FROM cwstore._spans_at(p_graph_id, g.derived_length) f
-                    ORDER BY f.position),
-             v_new, v_closed)) WITH ORDINALITY AS u(s, o)
-     ORDER BY u.o;
+    RETURN;
   END IF;
+  -- Past the watermark: the fold starts from the last frontier declared in the run
+  -- (frontier_declarations_seq_idx's order, the last declared at its sequence), else
+  -- from the spans at the watermark.
+  SELECT f.seq, f.heads INTO v_from, v_heads FROM cwstore.frontier_declarations f
+   WHERE f.graph_id = p_graph_id AND f.seq > g.derived_length AND f.seq <= p_seq
+   ORDER BY f.seq DESC, f.declaration_id DESC LIMIT 1;
+  IF v_from IS NULL THEN
+    v_from := g.derived_length;
+    v_base := ARRAY(SELECT f.seq FROM cwstore._spans_at(p_graph_id, g.derived_length) f
+                     ORDER BY f.position);
+  ELSE
+    v_base := ARRAY(SELECT n.seq FROM unnest(v_heads) WITH ORDINALITY AS u(h, o)
+                      JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                                     WHERE n.graph_id = p_graph_id AND n.id = u.h
+                                     LIMIT 1) n ON true
+                     ORDER BY u.o);
+  END IF;
+  -- The run's folding nodes, and its semantic nodes: of the nodes with parents, the
+  -- only ones that leave the frontier alone (usually none). Nodes and edges in their
+  -- primary keys' order, as in _derive_spans.
+  SELECT array_agg(n.seq ORDER BY n.seq)
+           FILTER (WHERE NOT (n.kind = 'semantic'
+                              OR (n.kind = 'system' AND cardinality(n.parents) = 0))),
+         coalesce(array_agg(n.seq) FILTER (WHERE n.kind = 'semantic'), '{}')
+    INTO v_new, v_semantic
+    FROM (SELECT r.seq, r.kind, r.parents FROM cwstore.nodes r
+           WHERE r.graph_id = p_graph_id AND r.seq > v_from AND r.seq <= p_seq
+           ORDER BY r.seq) n;
+  SELECT array_agg(e.parent_seq) FILTER (WHERE e.child_seq <> ALL (v_semantic)) INTO v_closed
+    FROM (SELECT r.child_seq, r.parent_seq FROM cwstore.edges r
+           WHERE r.graph_id = p_graph_id AND r.child_seq > v_from AND r.child_seq <= p_seq
+           ORDER BY r.child_seq) e;
+  RETURN QUERY
+  SELECT u.o::integer - 1, u.s
+    FROM unnest(cwstore._fold_frontier(v_base, v_new, v_closed)) WITH ORDINALITY AS u(s, o)
+   ORDER BY u.o;
 END $$;
 COMMENT ON FUNCTION cwstore._frontier_at(bigint, bigint) IS
-  'Private: frontier (position, seq) of a graph_id after node s (NULL = now): the graph''s row now, the spans up to the watermark, the spans at the watermark folded with the nodes after it past it.';
+  'Private: frontier (position, seq) of a graph_id after node s (NULL = now): the graph''s row now, the spans up to the watermark; past it, the spans at the watermark, or the last frontier declared after it, folded with the nodes after that.';
 
 -- _heads_at(graph_id, s, semantic_only) -> (key, version, seq)
 --   Every resource key's head after node s (s NULL = now), keys in byte order. With
