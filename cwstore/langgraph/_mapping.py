@@ -11,22 +11,27 @@ A :meth:`put` becomes one append batch:
   the chain of the key ``lg:msg:<channel>``; a checkpoint names its list as segments of
   such chains (key, first version, last version), so a step that adds one message
   writes one node and never hands the whole list over again;
-- every other channel whose version changed is one ``resource`` node of the key
-  ``lg:ch:<channel>``, its value as plain JSON when JSON holds it exactly, else as the
-  serializer's typed bytes in base64; a channel whose version did not change is not
-  written again: the checkpoint points at the node it already has;
+- every other channel's value is encoded as plain JSON when JSON holds it exactly, else
+  as the serializer's typed bytes in base64. A small one (at most :data:`INLINE_BYTES`
+  of text) is held inline by the checkpoint's node, written again in each checkpoint
+  that holds it; a larger one, when its version changed, is one ``resource`` node of
+  the key ``lg:ch:<channel>``, and one whose version did not change is not written
+  again: the checkpoint points at the node it already has;
 - the checkpoint itself is one small ``verification`` node of the key
   ``lg:cp:<checkpoint_id>`` whose payload holds the checkpoint's fields (ids, versions,
-  metadata) and points at the nodes holding its values; its parents are the parent
-  checkpoint's node, the nodes the step wrote and, for a step of the loop, the parent's
-  pending writes it applied (the head of their chain, when the saver knows it).
+  metadata) and its inline values, and points at the nodes holding its other values (a
+  checkpoint stored before values were held inline names them all); its parents are
+  the parent checkpoint's node, the nodes the step wrote and, for a step of the loop,
+  the parent's pending writes it applied (the head of their chain, when the saver
+  knows it).
 
 Branches (a fork from an old checkpoint, ``update_state`` on one, a replay): a key's
 chain only ever links a version to the version it replaced in the checkpoint it was
 derived from. When that version is no longer its key's head (another branch has moved
 the key on), the new version starts a new chain ``<key>@<checkpoint_id>`` (the
 checkpoint that forked), with the replaced version as its parent: the true causal edge,
-and none to the other branch's versions.
+and none to the other branch's versions. A value stored as a node after one held
+inline replaced no node: it is a first value, with no parent of its key.
 
 Pending writes (:meth:`put_writes`) are one ``resource`` node per call, in the chain
 ``lg:w:<checkpoint_id>``, with the checkpoint's node as a parent once it is stored. A
@@ -191,18 +196,27 @@ def encode_big(serde: SerializerProtocol, value: Any) -> tuple[dict[str, Any], B
     """A value as payload members, as :func:`encode_value` gives them when they are at
     most :data:`~cwstore.langgraph._parts.BIG_BYTES` of text; else members that name
     its parts, and the parts (see :mod:`cwstore.langgraph._parts`)."""
+    members, blob, _ = encode_sized(serde, value)
+    return members, blob
+
+
+def encode_sized(serde: SerializerProtocol, value: Any) -> tuple[dict[str, Any], Blob | None, int]:
+    """What :func:`encode_big` gives, and the length in bytes of the value's text in
+    the members (its JSON text, or the base64 of the serializer's bytes)."""
     if is_plain_json(value) and stores_json(serde):
         # Not orjson: for a long string it reserves about 12 bytes a character.
         text = dumps(value).encode("utf-8")
         if len(text) <= BIG_BYTES:
-            return {"json": value}, None
+            return {"json": value}, None, len(text)
         blob = make_blob(("text", "json"), text)
+        size = len(text)
     else:
         kind, data = serde.dumps_typed(value)
-        if b64_length(len(data)) <= BIG_BYTES:
-            return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}, None
+        size = b64_length(len(data))
+        if size <= BIG_BYTES:
+            return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}, None, size
         blob = make_blob(("serde", kind), data)
-    return blob.ref(), blob
+    return blob.ref(), blob, size
 
 
 def decode_value(
@@ -489,16 +503,22 @@ class MessageList:
 
 @dataclass
 class CheckpointState:
-    """What a put needs to know of the parent checkpoint: its node, and the node
-    holding each of its channel values."""
+    """What a put needs to know of the parent checkpoint: its node, the node holding
+    each of its channel values stored apart, the channels whose value its node holds
+    inline (a put stores the value its checkpoint gives again, as LangGraph's
+    PostgreSQL saver does, so the state does not hold it), and its message lists."""
 
     node_id: str | None
     values: dict[str, Ref] = field(default_factory=dict)
     messages: dict[str, MessageList] = field(default_factory=dict)
+    inline: set[str] = field(default_factory=set)
 
     def size(self) -> int:
-        """About how much memory the state takes, in bytes: its messages and refs."""
-        refs = len(self.values) + sum(len(m.refs) for m in self.messages.values())
+        """About how much memory the state takes, in bytes: its messages, refs and
+        inline channels' names."""
+        refs = (
+            len(self.values) + len(self.inline) + sum(len(m.refs) for m in self.messages.values())
+        )
         return 200 + 120 * refs + sum(m.size for m in self.messages.values())
 
 
@@ -626,6 +646,18 @@ def _root_key(key: str) -> str:
     return key.split("@", 1)[0]
 
 
+INLINE_BYTES = 512
+"""A channel value (not a message list) whose text in the payload (its JSON text, or the
+base64 of the serializer's bytes) is at most this many bytes is stored inline in the
+checkpoint's node, not as a node of its own. A node has a fixed cost on the server
+(checks, derived rows) that checking a few hundred bytes more of the checkpoint's
+payload does not approach; LangGraph's small channels (``branch:to:<node>``, the input
+of ``__start__``, a task's input) are mostly written once and consumed at the next
+step, so they are seldom carried. A value carried unchanged is copied into each
+checkpoint (as LangGraph's PostgreSQL saver copies its inline values), which the bound
+keeps small."""
+
+
 @dataclass
 class PutPlan:
     """The append batch of one put, and the state the checkpoint holds after it.
@@ -647,6 +679,11 @@ class PutPlan:
     """The JSON text of each new message node's payload, by id."""
     blobs: list[Blob] = field(default_factory=list)
     """The values stored in parts: their part nodes go before :attr:`nodes`."""
+    inline: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The members of each value the checkpoint's node holds inline, by channel."""
+    _encoded: dict[str, tuple[dict[str, Any], Blob | None, int]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def checkpoint_id(self) -> str:
@@ -659,22 +696,40 @@ class PutPlan:
         names = [c for c in values if c in versions or c in self.new_versions]
         return [(c, values[c], c in self.new_versions) for c in names]
 
+    def _encode(self) -> dict[str, tuple[dict[str, Any], Blob | None, int]]:
+        """The channel values (not message lists) the put stores, encoded once (see
+        :func:`encode_sized`): each changed or first value, and each value the parent
+        held inline (stored inline again, as the checkpoint gives it)."""
+        if self._encoded is None:
+            self._encoded = {
+                channel: encode_sized(self.serde, as_primitive(value))
+                for channel, value, changed in self._channels()
+                if not is_message_list(value) and (changed or channel not in self.parent.values)
+            }
+        return self._encoded
+
+    @staticmethod
+    def _is_inline(encoded: tuple[dict[str, Any], Blob | None, int]) -> bool:
+        return encoded[1] is None and encoded[2] <= INLINE_BYTES
+
     def keys(self) -> set[str]:
         """The keys the plan may extend: their heads decide between extending a chain
         and starting a branch."""
         out = {checkpoint_key(self.checkpoint_id)}
-        for channel, value, changed in self._channels():
+        encoded = self._encode()
+        for channel, value, _ in self._channels():
             if is_message_list(value):
                 old = self.parent.messages.get(channel)
                 out.add(old.refs[-1].key if old and old.refs else _base_key(_MSG, channel))
-            elif changed or channel not in self.parent.values:
+            elif channel in encoded and not self._is_inline(encoded[channel]):
                 ref = self.parent.values.get(channel)
                 out.add(ref.key if ref else _base_key("lg:ch:", channel))
         return out
 
     def _next(self, heads: Heads, prev: Ref | None, base: str) -> tuple[str, int, list[str]]:
         """The key, version and parents of a new version that replaces ``prev`` (the
-        version in the parent checkpoint; ``None`` for a first value)."""
+        version in the parent checkpoint; ``None`` for a first value, or one the
+        parent held inline)."""
         if prev is not None:
             if heads.get(prev.key) == (prev.node_id, prev.version):
                 return prev.key, prev.version + 1, [prev.node_id]
@@ -703,21 +758,22 @@ class PutPlan:
     def build(self, heads: Heads) -> None:
         """Make the batch: new values, new messages, then the checkpoint node."""
         tips: list[str] = []
-        for channel, value, changed in self._channels():
+        encoded = self._encode()
+        versions = self.checkpoint.get("channel_versions", {})
+        for channel, value, _ in self._channels():
             if is_message_list(value):
                 self._messages(heads, channel, value, tips)
-            elif not changed and channel in self.parent.values:
+            elif channel not in encoded:
                 self.state.values[channel] = self.parent.values[channel]
+            elif self._is_inline(encoded[channel]):
+                self.inline[channel] = {"version": versions.get(channel), **encoded[channel][0]}
+                self.state.inline.add(channel)
             else:
                 key, version, parents = self._next(
                     heads, self.parent.values.get(channel), _base_key("lg:ch:", channel)
                 )
-                members, blob = encode_big(self.serde, as_primitive(value))
-                payload = {
-                    "channel": channel,
-                    "version": self.checkpoint.get("channel_versions", {}).get(channel),
-                    **members,
-                }
+                members, blob, _ = encoded[channel]
+                payload = {"channel": channel, "version": versions.get(channel), **members}
                 if blob is not None:
                     self.blobs.append(blob)
                     parents = [*parents, blob.ids[-1]]
@@ -767,6 +823,7 @@ class PutPlan:
             "metadata": encode_value(self.serde, dict(self.metadata)),
             "checkpoint": encode_value(self.serde, rest),
             "values": {c: r.node_id for c, r in self.state.values.items()},
+            "inline": self.inline,
             "messages": {
                 c: [s.as_json() for s in m.segments()] for c, m in self.state.messages.items()
             },
@@ -916,6 +973,9 @@ def load_checkpoint(
         ref, node = by_id[nid]
         channel_values[channel] = decode_value(serde, node, kept)
         state.values[channel] = ref
+    for channel, members in stored.payload.get("inline", {}).items():
+        channel_values[channel] = decode_value(serde, members)
+        state.inline.add(channel)
     for channel in stored.payload["messages"]:
         state.messages[channel] = MessageList([], [])
     for channel, key, first, last, ids in stored.segments():

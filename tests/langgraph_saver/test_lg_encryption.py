@@ -7,44 +7,20 @@ names), parents, order and the checkpoints' timestamps (docs/langgraph.md).
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, MessagesState, StateGraph
+from support.langgraph import Cipher, rows_holding
 
 import cwstore
 from cwstore.langgraph import CwstoreSaver
 
 SECRET = "attack at dawn"
-
-
-class _Cipher:
-    """A stream cipher good enough to show what is stored (SHA-256 in counter mode,
-    XOR): the test needs no cryptography package."""
-
-    def __init__(self, key: bytes) -> None:
-        self.key = key
-
-    def _stream(self, n: int) -> bytes:
-        blocks = (
-            hashlib.sha256(self.key + i.to_bytes(8, "big")).digest() for i in range(n // 32 + 1)
-        )
-        return b"".join(blocks)[:n]
-
-    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
-        return "toy", bytes(
-            a ^ b for a, b in zip(plaintext, self._stream(len(plaintext)), strict=True)
-        )
-
-    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
-        assert ciphername == "toy"
-        return self.encrypt(ciphertext)[1]
 
 
 class _State(MessagesState):
@@ -74,25 +50,8 @@ def store(db_dsn: str) -> Iterator[cwstore.Store]:
         yield s
 
 
-def _rows_holding(dsn: str, text: str) -> dict[str, int]:
-    """How many rows of each cwstore table hold ``text`` anywhere (what a dump shows)."""
-    found = {}
-    with psycopg.connect(dsn, autocommit=True) as c:
-        tables = c.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'cwstore'"
-        ).fetchall()
-        for (table,) in tables:
-            n = c.execute(
-                f"SELECT count(*) FROM cwstore.{table} t WHERE t::text LIKE %s",
-                (f"%{text}%",),
-            ).fetchone()
-            if n and n[0]:
-                found[str(table)] = int(n[0])
-    return found
-
-
 def test_every_value_is_encrypted(store: cwstore.Store, db_dsn: str) -> None:
-    serde = EncryptedSerializer(_Cipher(b"k" * 32))
+    serde = EncryptedSerializer(Cipher(b"k" * 32))
     saver = CwstoreSaver(store, serde=serde)
     thread = f"enc-{uuid.uuid4().hex[:8]}"
     config: Any = {"configurable": {"thread_id": thread}}
@@ -105,11 +64,11 @@ def test_every_value_is_encrypted(store: cwstore.Store, db_dsn: str) -> None:
     assert values["note"] == f"{SECRET} note" and values["count"] == 3
     assert [m.content for m in values["messages"]][-1] == f"{SECRET} #3"
 
-    assert _rows_holding(db_dsn, SECRET) == {}
-    assert _rows_holding(db_dsn, f"run-{thread}") == {}
+    assert rows_holding(db_dsn, SECRET) == {}
+    assert rows_holding(db_dsn, f"run-{thread}") == {}
 
     # The saver with the key reads everything back, and filters on metadata.
-    again = CwstoreSaver(store, serde=EncryptedSerializer(_Cipher(b"k" * 32)))
+    again = CwstoreSaver(store, serde=EncryptedSerializer(Cipher(b"k" * 32)))
     assert _app(again).get_state(config).values == values
     listed = list(again.list(config, filter={"run_id": f"run-{thread}-0", "step": 1}))
     assert [t.metadata["step"] for t in listed] == [1]
@@ -119,7 +78,7 @@ def test_every_value_is_encrypted(store: cwstore.Store, db_dsn: str) -> None:
     # Without the key (or with another), nothing is read.
     for other in (
         CwstoreSaver(store),
-        CwstoreSaver(store, serde=EncryptedSerializer(_Cipher(b"x" * 32))),
+        CwstoreSaver(store, serde=EncryptedSerializer(Cipher(b"x" * 32))),
     ):
         with pytest.raises(Exception):  # noqa: B017 - the serializer's own error
             other.get_tuple(config)
