@@ -61,7 +61,7 @@ def _put(saver: CwstoreSaver, config: Any, name: str, ts: str, n: int) -> Any:
         },
         "channel_versions": {"messages": n + 1, "name": n + 1},
     }
-    new = {"messages": n + 1, "name": n + 1}
+    new: dict[str, str | int | float] = {"messages": n + 1, "name": n + 1}
     return saver.put(config, checkpoint, {"source": "loop", "step": n}, new)
 
 
