@@ -243,10 +243,10 @@ async def setup(conn: AsyncConnection, *, citus: bool = False, roles: bool = Fal
     (``cwstore init``, :func:`~cwstore.connect` with ``migrate_schema=True``, the tests).
 
     Applies the pending migrations (:func:`apply_migrations`); distributes the schema on
-    Citus when ``citus`` is asked, and applies ``cwstore/sql/citus.sql`` again on a
+    Citus when ``citus`` is asked, and applies ``sql/citus.sql`` again on a
     database already distributed (a migration that redefines a function drops the
     settings that file gives it, and adds tables it must distribute); with ``roles``,
-    creates the group roles and applies their grants (``cwstore/sql/roles.sql``).
+    creates the group roles and applies their grants (``sql/roles.sql``).
     Idempotent; on a current database that is neither asked nor distributed it reads
     and writes nothing else. Raises like the functions it runs.
     """
@@ -275,7 +275,7 @@ async def migrate_dsn(dsn: str, *, pooled: bool = False) -> Setup:
 async def distribute(conn: AsyncConnection) -> None:
     """Distribute a migrated schema on a Citus cluster (``cwstore init --citus``).
 
-    Runs ``cwstore/sql/citus.sql`` in one transaction on the coordinator: every table
+    Runs ``sql/citus.sql`` in one transaction on the coordinator: every table
     keyed by graph distributed by ``graph_id`` and co-located, the shared tables as
     reference tables (docs/scaling.md). Idempotent. Raises :class:`MigrationError` when
     the connection is inside a transaction, the database has no citus extension, or
@@ -310,7 +310,7 @@ async def distributed(conn: AsyncConnection) -> bool:
 
 async def install_roles(conn: AsyncConnection) -> None:
     """Create the group roles if missing and (re)apply their grants, in one transaction
-    (``cwstore/sql/roles.sql``).
+    (``sql/roles.sql``).
 
     Needs a migrated schema and a role that owns it and may create roles.
     """

@@ -44,9 +44,9 @@ CREATE TABLE IF NOT EXISTS cwstore.schema_migrations (
     CONSTRAINT schema_migrations_pkey PRIMARY KEY (version)
 );
 COMMENT ON TABLE cwstore.schema_migrations IS
-    'Migrations this database holds: one row per cwstore/sql/migrations/NNNN_name.sql file, '
+    'Migrations this database holds: one row per sql/migrations/NNNN_name.sql file, '
     'with the SHA-256 of the file as applied (or as stamped, for a database built from '
-    'cwstore/sql/schema/). Never edit an applied file; add the next one.';
+    'sql/schema/). Never edit an applied file; add the next one.';
 """
 _READINESS: Final = (
     "SELECT to_regclass('cwstore.nodes') IS NOT NULL AS present,"
@@ -191,9 +191,7 @@ def _failed(migration: Migration, exc: Exception) -> MigrationError:
 
 
 def _install_failed(exc: Exception) -> MigrationError:
-    return MigrationError(
-        f"installing the schema (cwstore/sql/schema/) failed and was rolled back: {exc}"
-    )
+    return MigrationError(f"installing the schema (sql/schema/) failed and was rolled back: {exc}")
 
 
 def _lock_timed_out(timeout: float, exc: Exception) -> MigrationError:

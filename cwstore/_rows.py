@@ -1,6 +1,6 @@
 """The rows the named queries return, as the stores' results. No I/O.
 
-Each column is read by its name in ``cwstore/sql/queries.sql``."""
+Each column is read by its name in ``sql/queries.sql``."""
 
 from __future__ import annotations
 

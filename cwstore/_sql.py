@@ -1,7 +1,9 @@
 """Find and read cwstore's SQL files: the schema, the migrations and the named queries.
 
-The SQL lives inside the package, in ``cwstore/sql/``, and is read through
-:mod:`importlib.resources`, so it works from a wheel, a zip or a checkout alike.
+The SQL lives at the repository's root, in ``sql/``, beside ``cwstore/``; the wheel
+carries it inside the package, as ``cwstore/sql/``. :func:`sql_dir` reads the package's
+copy through :mod:`importlib.resources` when there is one (an installed wheel) and the
+root's otherwise (a checkout, an editable install).
 
 ``schema/NN_what.sql``
     The current schema, every object defined once, literally, in install order (the
@@ -38,6 +40,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import LiteralString
 
 from cwstore.errors import Error, MigrationError
@@ -96,8 +99,11 @@ class SchemaFile:
 
 def sql_dir() -> Traversable:
     """Return the directory holding ``schema/``, ``migrations/`` and ``queries.sql``:
-    ``cwstore/sql`` inside the package, installed or not."""
-    return resources.files("cwstore") / "sql"
+    ``cwstore/sql`` inside an installed wheel, else ``sql/`` beside the package."""
+    packaged = resources.files("cwstore") / "sql"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "sql"
 
 
 def schema(directory: Traversable | None = None) -> list[SchemaFile]:

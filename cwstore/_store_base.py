@@ -44,7 +44,7 @@ _Q = queries()
 
 
 def q(name: str) -> LiteralString:
-    """A named query from ``cwstore/sql/queries.sql``."""
+    """A named query from ``sql/queries.sql``."""
     return _Q[name]
 
 

@@ -1,14 +1,14 @@
 """Roles and tenants: who may read and write which graphs.
 
 Three group roles, made by :func:`install_roles_sync` (``cwstore init --roles``) from
-``cwstore/sql/roles.sql``: ``cwstore_reader`` reads (tables and views under row-level security,
+``sql/roles.sql``: ``cwstore_reader`` reads (tables and views under row-level security,
 the read functions), ``cwstore_writer`` also writes, through the SECURITY DEFINER
 write functions only, and ``cwstore_admin`` also erases (docs/erasure.md). A graph
 belongs to a tenant (``graphs.tenant``); a role sees and
 writes the graphs of the tenants it belongs to, listed in ``cwstore.tenant_members`` for
 it or a role it is a member of (:func:`add_tenant_member_sync`). Superusers, BYPASSRLS
 roles and members of the schema's owner see everything. The rules themselves live in
-``cwstore/sql/schema/50_tenancy.sql``; the functions that run them are written with the
+``sql/schema/50_tenancy.sql``; the functions that run them are written with the
 migration runner, in :mod:`cwstore._migrate_async` (``setup(roles=True)`` calls
 :func:`install_roles`).
 """

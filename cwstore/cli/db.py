@@ -46,7 +46,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             print(
                 "tables distributed by graph on Citus"
                 if args.citus
-                else "distributed on Citus: its settings (cwstore/sql/citus.sql) re-applied",
+                else "distributed on Citus: its settings (sql/citus.sql) re-applied",
                 file=sys.stderr,
             )
         elif done.citus_available:

@@ -2,7 +2,7 @@
 
 Citus passes the text of a query to its workers when the query changes a distributed
 table, and refuses a text of several statements there; and a migration that redefines a
-function drops the settings ``cwstore/sql/citus.sql`` gave it. So the runner sends a
+function drops the settings ``sql/citus.sql`` gave it. So the runner sends a
 migration one statement at a time, and ``cwstore init`` re-applies ``citus.sql`` on a
 distributed database. Here a cluster distributed at migration 0003 takes every later
 migration and goes on appending, with the nodes it held.

@@ -2,7 +2,7 @@
 
 ``cwstore._nodes_inserted`` derives a statement's new nodes one by one when there are
 at most 3 of them, and with set-based statements over the whole batch when there are
-more (cwstore/sql/schema/40_derive.sql). The same session is written five ways — one
+more (sql/schema/40_derive.sql). The same session is written five ways — one
 import, and appends of 1, 3, 5 and 40 nodes — and every derived table (edges, frontier
 spans, key versions and heads, counts by kind) must hold the same rows for each, graph
 id aside; so must the graph's current frontier, before and after its frontier history

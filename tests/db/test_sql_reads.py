@@ -1,4 +1,4 @@
-"""The SQL read side (``cwstore/sql/schema/70_read_api.sql``) from plain SQL.
+"""The SQL read side (``sql/schema/70_read_api.sql``) from plain SQL.
 
 Every read function is called through psycopg exactly as a psql user would call it and
 compared with an independent Python fold written here (SPEC 4 for the frontier, SPEC 5

@@ -22,7 +22,7 @@ from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
 ADVICE = (
-    "cwstore/sql/schema/ and cwstore/sql/migrations/ disagree. A schema change is an edit "
+    "sql/schema/ and sql/migrations/ disagree. A schema change is an edit "
     "of schema/ plus a new migration NNNN_*.sql that makes the same change; the diff "
     "below goes from the migration chain (-) to schema/ (+):\n"
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 CITED = re.compile(
-    r"\b((?:tests|cwstore|docs|benchmarks|tools|ci|examples)/[A-Za-z0-9_./-]*"
+    r"\b((?:tests|cwstore|sql|docs|benchmarks|tools|ci|examples)/[A-Za-z0-9_./-]*"
     r"\.(?:py|sql|md|sh|mjs|json|js|html|css|toml|png))\b"
 )
 
@@ -19,8 +19,8 @@ CITED = re.compile(
 def _sources() -> list[Path]:
     found = [
         *REPO.glob("cwstore/**/*.py"),
-        *REPO.glob("cwstore/sql/*.sql"),
-        *REPO.glob("cwstore/sql/schema/*.sql"),
+        *REPO.glob("sql/*.sql"),
+        *REPO.glob("sql/schema/*.sql"),
         *REPO.glob("cwstore/view/*.sql"),
         *REPO.glob("docs/*.md"),
         *REPO.glob("benchmarks/*.md"),

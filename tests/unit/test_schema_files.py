@@ -16,7 +16,7 @@ from cwstore import _sql
 from cwstore.document import KINDS
 from cwstore.errors import MigrationError
 
-SQL = Path(_sql.__file__).resolve().parent / "sql"
+SQL = Path(str(_sql.sql_dir()))
 SCHEMA = {f.name: f.sql for f in _sql.schema()}
 _CREATED = re.compile(
     r"^CREATE (?:OR REPLACE )?(?:UNLOGGED )?(FUNCTION|TABLE|VIEW|INDEX|UNIQUE INDEX|TRIGGER|POLICY)"

@@ -1,5 +1,5 @@
 -- citus.sql: the Citus-only steps of `cwstore init --citus`, run on the coordinator after
--- the schema (cwstore/sql/schema/, through the migrations), in one transaction. The
+-- the schema (sql/schema/, through the migrations), in one transaction. The
 -- schema itself is the same as on one server; this file only tells Citus where its
 -- rows live (docs/scaling.md):
 --
