@@ -1,9 +1,10 @@
 """Find and read cwstore's SQL files: the schema, the migrations and the named queries.
 
-The SQL lives at the repository's root, in ``sql/``, beside ``cwstore/``; the wheel
-carries it inside the package, as ``cwstore/sql/``. :func:`sql_dir` reads the package's
-copy through :mod:`importlib.resources` when there is one (an installed wheel) and the
-root's otherwise (a checkout, an editable install).
+The SQL is the repository's top-level ``sql/``, beside ``cwstore/``; the wheel carries
+it inside the package, as ``cwstore/sql/``. :func:`sql_dir` holds the one rule: the
+package's own ``sql/`` when it is there (an installed wheel, read through
+:mod:`importlib.resources`, so a zip works too), else the ``sql/`` beside the package (a
+checkout or an editable install).
 
 ``schema/NN_what.sql``
     The current schema, every object defined once, literally, in install order (the
@@ -99,11 +100,12 @@ class SchemaFile:
 
 def sql_dir() -> Traversable:
     """Return the directory holding ``schema/``, ``migrations/`` and ``queries.sql``:
-    ``cwstore/sql`` inside an installed wheel, else ``sql/`` beside the package."""
-    packaged = resources.files("cwstore") / "sql"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "sql"
+    ``sql/`` inside the package when it holds a ``schema/`` folder (a wheel puts the SQL
+    there), else the ``sql/`` beside the package (a checkout, an editable install)."""
+    inside = resources.files("cwstore") / "sql"
+    if (inside / "schema").is_dir():
+        return inside
+    return Path(__file__).parent.parent / "sql"
 
 
 def schema(directory: Traversable | None = None) -> list[SchemaFile]:
@@ -274,7 +276,7 @@ def queries(directory: Traversable | None = None) -> dict[str, LiteralString]:
         text = "\n".join(body).strip()
         if not text:
             raise Error(f"queries.sql: query {name!r} is empty")
-        # Typed LiteralString although read from a file: the file ships inside the
+        # Typed LiteralString although read from a file: the file ships with the
         # package, so it is as trustworthy as a literal in the source, which is what
         # the drivers' LiteralString guard is about (caller input never gets here).
         result[name] = text
@@ -303,7 +305,7 @@ def script(name: str) -> LiteralString:
     path = sql_dir() / name
     if not path.is_file():
         raise Error(f"SQL script {name!r} is missing from {sql_dir()}")
-    # Shipped inside the package, like the schema: as trusted as a literal (mypy
+    # Shipped with the package, like the schema: as trusted as a literal (mypy
     # treats LiteralString as str).
     return path.read_text(encoding="utf-8")
 

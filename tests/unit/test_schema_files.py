@@ -16,7 +16,7 @@ from cwstore import _sql
 from cwstore.document import KINDS
 from cwstore.errors import MigrationError
 
-SQL = Path(str(_sql.sql_dir()))
+SQL = Path(__file__).resolve().parents[2] / "sql"
 SCHEMA = {f.name: f.sql for f in _sql.schema()}
 _CREATED = re.compile(
     r"^CREATE (?:OR REPLACE )?(?:UNLOGGED )?(FUNCTION|TABLE|VIEW|INDEX|UNIQUE INDEX|TRIGGER|POLICY)"
@@ -27,6 +27,11 @@ _CREATED = re.compile(
 
 def _without_comments(text: str) -> str:
     return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def test_a_checkout_reads_the_top_level_sql() -> None:
+    # The wheel carries the same folder as cwstore/sql/ (.ci/run reads it from there).
+    assert Path(str(_sql.sql_dir())).resolve() == SQL
 
 
 def test_schema_files_are_the_ones_shipped() -> None:
