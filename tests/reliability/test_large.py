@@ -2,23 +2,14 @@
 bounded memory, and clear refusals at the limits (nesting deeper than
 :data:`cwstore._jsontext.MAX_DEPTH`, semantic content over 100,000 characters of JSON).
 
-Memory is the test process's peak resident set size (``VmHWM`` in
-``/proc/self/status``, reset before the call by writing ``5`` to
-``/proc/self/clear_refs``; where that is not allowed, ``VmRSS`` sampled every 2 ms),
-after the C heap's free pages are handed back (``malloc_trim``): a long test run
-leaves freed heap that is still resident, and memory reused from it would not count.
-The bounds are stated against the document's JSON text size; docs/reliability.md
-records what was measured.
+Memory is the peak resident set size growth of a new process making the import
+(:mod:`support.peak_rss` says how and why a new one). The bounds are stated against the
+document's JSON text size; docs/reliability.md records what was measured.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
-import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +17,7 @@ import asyncpg
 import psycopg
 import pytest
 from support.nodes import T0
+from support.peak_rss import PeakRSS, import_in_child
 from support.reliability import CLIENTS, Client, assert_graph, chain, document
 
 import cwstore
@@ -54,60 +46,6 @@ BACKEND_BOUNDS = {
     ("import_rows_v1", "small_objects"): 15.0,
     ("import_rows_v1", "one_string"): 15.0,
 }
-
-
-# --- memory --------------------------------------------------------------------------------
-
-
-def _release_free_heap() -> None:
-    """Return the C heap's free pages to the kernel (glibc), so reusing them counts."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"{field} not in /proc/self/status")
-
-
-class PeakRSS:
-    """Peak resident set size growth (bytes) of this process inside a ``with`` block."""
-
-    def __init__(self) -> None:
-        self.growth = 0
-        self.method = ""
-
-    @contextlib.contextmanager
-    def measure(self) -> Iterator[PeakRSS]:
-        _release_free_heap()
-        base = _status_kb("VmRSS")
-        try:
-            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to VmRSS
-            self.method = "VmHWM"
-        except OSError:
-            self.method = "VmRSS sampled"
-        peak = [base]
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.wait(0.002):
-                peak[0] = max(peak[0], _status_kb("VmRSS"))
-
-        sampler = None
-        if self.method != "VmHWM":
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-        try:
-            yield self
-        finally:
-            stop.set()
-            if sampler is not None:
-                sampler.join()
-            top = _status_kb("VmHWM") if self.method == "VmHWM" else peak[0]
-            self.growth = max(0, top - base) * 1024
 
 
 # --- the largest payload --------------------------------------------------------------------
@@ -144,11 +82,11 @@ async def test_the_largest_payload_round_trips_exactly(
     size = len(text.encode())
     assert len(_jsontext.dumps(node["payload"]).encode()) > MAX_PAYLOAD_BYTES - 100
     assert len(_jsontext.dumps(node["payload"]).encode()) <= MAX_PAYLOAD_BYTES
+    graph = f"largest-{uuid.uuid4().hex[:8]}"
+    mem = import_in_child(client, db_dsn, graph, text, "text")
+    assert mem.count == 1
     store = await Client.open(client, db_dsn, min_size=1, max_size=1)
     try:
-        graph = f"largest-{uuid.uuid4().hex[:8]}"
-        with PeakRSS().measure() as mem:
-            assert await store.call("import_state", graph, text) == 1
         assert mem.growth < IMPORT_FROM_TEXT_BOUND * size, (
             f"importing {size:,} bytes of JSON text grew the peak RSS by "
             f"{mem.growth:,} bytes ({mem.method})"
@@ -272,11 +210,11 @@ async def test_two_hundred_thousand_nodes_with_bounded_memory(
     (checking plus rows in flight), not by copies of the whole document."""
     doc = document(chain(BIG_NODES, tag="two-hundred-thousand"))
     text = _jsontext.dumps(doc)
+    graph = f"big-{uuid.uuid4().hex[:8]}"
+    mem = import_in_child("async", db_dsn, graph, text, "objects")
+    assert mem.count == BIG_NODES
     store = await cwstore.connect(db_dsn, min_size=1, max_size=1, migrate_schema=False)
     try:
-        graph = f"big-{uuid.uuid4().hex[:8]}"
-        with PeakRSS().measure() as mem:
-            assert await store.import_state(graph, doc) == BIG_NODES
         assert mem.growth < IMPORT_FROM_OBJECTS_BOUND * len(text.encode()), (
             f"importing {BIG_NODES:,} nodes ({len(text.encode()):,} bytes as JSON) grew the peak "
             f"RSS by {mem.growth:,} bytes ({mem.method})"
