@@ -139,8 +139,9 @@ def plan(files: Sequence[Migration], applied: Sequence[AppliedMigration]) -> lis
     ------
     MigrationError
         A recorded migration has another name than its file: the database was made by
-        another chain (the pre-release 0001_schema .. 0007 chain, squashed into
-        0001_baseline before the first release); it cannot be upgraded in place. Or a
+        another chain (a development chain squashed before its release: 0001_schema ..
+        0007 into 0001_baseline, 0002_sql_door .. 0016 into 0002_to_0_1_0); it cannot be
+        upgraded in place. Or a
         recorded migration's checksum differs from its file: the file was edited after
         it was applied. ``version`` names the migration.
     """
@@ -154,9 +155,10 @@ def plan(files: Sequence[Migration], applied: Sequence[AppliedMigration]) -> lis
             raise MigrationError(
                 f"this database was migrated by another migration chain: it records "
                 f"{row.version:04d}_{row.name}.sql where this cwstore has "
-                f"{migration.filename} (the pre-release chain 0001_schema .. "
-                "0007_notify_listeners was squashed into 0001_baseline before the first "
-                "release and cannot be upgraded in place). Create a new database, run "
+                f"{migration.filename} (a development chain, squashed before its "
+                "release: 0001_schema .. 0007_notify_listeners into 0001_baseline, "
+                "0002_sql_door .. 0016 into 0002_to_0_1_0; it cannot be upgraded in "
+                "place). Create a new database, run "
                 "`cwstore init` on it, and import the graphs again (`cwstore export` "
                 "from this one, `cwstore import` into the new one)",
                 migration.version,

@@ -84,16 +84,20 @@ BEGIN
   END LOOP;
 
   -- (A table a schema older than this file lacks is left for the `cwstore init` that
-  -- migrates it, which applies this file again.)
+  -- migrates it, which applies this file again.) The rows a table holds are copied into
+  -- its shards as they are, the derived rows with the others: its triggers, which would
+  -- derive them again (or erase a graph, for a row of erasures), are off for the copy.
   FOREACH t IN ARRAY ARRAY['graphs', 'nodes', 'edges', 'frontier_spans',
                            'frontier_declarations', 'key_versions', 'key_heads',
                            'kind_counts', 'erasures'] LOOP
     IF to_regclass(format('cwstore.%I', t)) IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
                         WHERE logicalrelid = to_regclass(format('cwstore.%I', t))) THEN
+      EXECUTE format('ALTER TABLE cwstore.%I DISABLE TRIGGER USER', t);
       PERFORM create_distributed_table(format('cwstore.%I', t), 'graph_id',
                                        colocate_with => CASE WHEN t = 'graphs' THEN 'default'
                                                              ELSE 'cwstore.graphs' END);
+      EXECUTE format('ALTER TABLE cwstore.%I ENABLE TRIGGER USER', t);
     END IF;
   END LOOP;
 
@@ -102,8 +106,10 @@ BEGIN
   IF to_regclass('cwstore.graph_key_detours') IS NOT NULL
      AND NOT EXISTS (SELECT 1 FROM pg_dist_partition
                       WHERE logicalrelid = to_regclass('cwstore.graph_key_detours')) THEN
+    ALTER TABLE cwstore.graph_key_detours DISABLE TRIGGER USER;
     PERFORM create_distributed_table('cwstore.graph_key_detours', 'slot',
                                      colocate_with => 'cwstore.graphs');
+    ALTER TABLE cwstore.graph_key_detours ENABLE TRIGGER USER;
   END IF;
 END
 $citus$;

@@ -190,10 +190,12 @@ def _citus_nodes(coordinator_dsn: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def citus_database(coordinator_dsn: str, files: Sequence[Migration] | None = None) -> Iterator[str]:
+def citus_database(
+    coordinator_dsn: str, files: Sequence[Migration] | None = None, *, distribute: bool = True
+) -> Iterator[str]:
     """A new database on every node of the cluster of ``coordinator_dsn``, with citus,
-    its workers added, migrated (through ``files`` only, when given) and distributed;
-    dropped on every node afterwards."""
+    its workers added, migrated (through ``files`` only, when given) and distributed
+    (unless ``distribute`` is false); dropped on every node afterwards."""
     from cwstore.migrate import distribute_sync
 
     nodes = _citus_nodes(coordinator_dsn)
@@ -216,7 +218,8 @@ def citus_database(coordinator_dsn: str, files: Sequence[Migration] | None = Non
                     "SELECT citus_add_node(%s, %s)", (str(params["host"]), int(str(params["port"])))
                 )
             apply_migrations_sync(PsycopgConnection(conn), files)
-            distribute_sync(PsycopgConnection(conn))
+            if distribute:
+                distribute_sync(PsycopgConnection(conn))
         yield dsn
     finally:
         for node in nodes:
@@ -224,10 +227,10 @@ def citus_database(coordinator_dsn: str, files: Sequence[Migration] | None = Non
 
 
 @pytest.fixture
-def new_citus_database() -> Callable[[Sequence[Migration] | None], ContextManager[str]]:
+def new_citus_database() -> Callable[..., ContextManager[str]]:
     """:func:`citus_database` on the cluster of ``CWSTORE_TEST_CITUS_DSN`` (skipped
     without one): ``with new_citus_database(files) as dsn`` gives a database migrated
-    through ``files`` only (all when None) and distributed."""
+    through ``files`` only (all when None) and distributed (``distribute=False``: not)."""
     citus = os.environ.get("CWSTORE_TEST_CITUS_DSN")
     if not citus:
         pytest.skip("CWSTORE_TEST_CITUS_DSN is not set: no Citus cluster for this test")

@@ -1,11 +1,14 @@
-"""A database already distributed on Citus upgrades with ``cwstore init``.
+"""A database of an earlier release goes onto Citus, and a distributed one upgrades,
+with ``cwstore init``.
 
 Citus passes the text of a query to its workers when the query changes a distributed
 table, and refuses a text of several statements there; and a migration that redefines a
 function drops the settings ``sql/citus.sql`` gave it. So the runner sends a
 migration one statement at a time, and ``cwstore init`` re-applies ``citus.sql`` on a
-distributed database. Here a cluster distributed at migration 0003 takes every later
-migration and goes on appending, with the nodes it held.
+distributed database. A database at the baseline (0001) cannot be distributed (a unique
+index on names, an identity key, policies with sub-selects): ``cwstore init --citus``
+migrates it, then distributes it with its graphs. A cluster distributed at the newest
+release takes every later migration and goes on appending, with the nodes it held.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 
 import psycopg
@@ -23,7 +26,7 @@ import pytest
 from support.nodes import T0
 
 import cwstore
-from cwstore._sql import Migration, migrations
+from cwstore._sql import migrations, released
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("CWSTORE_TEST_CITUS_DSN"),
@@ -31,21 +34,83 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def _goal(payload: str) -> dict[str, object]:
+    node: dict[str, object] = {"kind": "goal", "parents": [], "payload": payload, "createdAt": T0}
+    node["id"] = cwstore.compute_id("goal", [], payload, None)
+    return node
+
+
+def _init(dsn: str, *flags: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "cwstore", "init", "--dsn", dsn, *flags],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_a_database_of_the_baseline_is_distributed_with_its_graphs(
+    new_citus_database: Callable[..., ContextManager[str]],
+) -> None:
+    files = migrations()
+    graph = f"baseline-{uuid.uuid4().hex[:8]}"
+    one = _goal("one")
+    with new_citus_database(files[:1], distribute=False) as dsn:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (graph, json.dumps([one]))
+            )
+        said = _init(dsn, "--citus")
+        assert f"applied {len(files) - 1} migration" in said
+        assert "tables distributed by graph on Citus" in said
+        with psycopg.connect(dsn) as conn:
+            distributed = conn.execute(
+                "SELECT count(*) FROM pg_dist_partition"
+                " WHERE logicalrelid IN ('cwstore.nodes'::regclass, 'cwstore.graphs'::regclass)"
+            ).fetchone()
+        assert distributed == (2,)
+        with cwstore.connect_sync(dsn, min_size=1, max_size=1) as store:
+            after = store.append(
+                graph, [{"kind": "answer", "parents": [one["id"]], "payload": "2"}]
+            )
+            assert [n.sequence for n in after] == [2]
+            assert [n.id for n in store.replay(graph).nodes] == [one["id"], after[0].id]
+            assert store.frontier(graph) == [after[0].id]
+        with psycopg.connect(dsn) as conn:
+            # The triggers were off while the rows were copied, and are on again on every
+            # shard: the append derived its edge there.
+            disabled = conn.execute(
+                "SELECT DISTINCT result FROM run_command_on_shards('cwstore.nodes',"
+                " $$SELECT count(*) FROM pg_trigger WHERE tgrelid = '%s'::regclass"
+                " AND NOT tgisinternal AND tgenabled = 'D'$$)"
+            ).fetchall()
+            edges = conn.execute(
+                "SELECT count(*) FROM cwstore.edges e JOIN cwstore.graphs g USING (graph_id)"
+                " WHERE g.name = %s",
+                (graph,),
+            ).fetchone()
+        assert disabled == [("0",)]
+        assert edges == (1,)
+
+
 @pytest.mark.parametrize("path", ["cwstore init", "connect(migrate_schema=True)"])
 def test_a_distributed_database_takes_the_later_migrations(
-    new_citus_database: Callable[[Sequence[Migration] | None], ContextManager[str]], path: str
+    new_citus_database: Callable[..., ContextManager[str]], path: str
 ) -> None:
     """Every way that migrates (both call cwstore.migrate.setup) re-applies citus.sql on a
     distributed database, so appends go on working after migrations that redefine the
-    functions it sets up and add tables it distributes."""
+    functions it sets up and add tables it distributes (none yet after the newest
+    release: then this is `cwstore init` run again on a distributed database)."""
     files = migrations()
-    assert len(files) > 3
+    at_release = [m for m in files if m.filename in released()]
+    assert at_release == files[: len(at_release)] and len(at_release) > 1
+    later = len(files) - len(at_release)
     graph = f"upgrade-{uuid.uuid4().hex[:8]}"
-    with new_citus_database(files[:3]) as dsn:
-        # Written as a client of that release did: the two arguments every append_v1 takes
-        # (this release's client needs the later migrations first).
-        one = {"kind": "goal", "parents": [], "payload": "one", "createdAt": T0}
-        one["id"] = cwstore.compute_id("goal", [], "one", None)
+    with new_citus_database(at_release) as dsn:
+        # Written as a client of that release did: the two arguments every append_v1 takes.
+        one = _goal("one")
         with psycopg.connect(dsn) as conn:
             conn.execute(
                 "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
@@ -53,15 +118,9 @@ def test_a_distributed_database_takes_the_later_migrations(
             )
         before = [str(one["id"])]
         if path == "cwstore init":
-            done = subprocess.run(
-                [sys.executable, "-m", "cwstore", "init", "--dsn", dsn],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr
-            assert f"applied {len(files) - 3} migration" in done.stderr
-            assert "re-applied" in done.stderr
+            said = _init(dsn)
+            assert f"applied {later} migration" in said
+            assert "re-applied" in said
         else:
             cwstore.connect_sync(dsn, min_size=1, max_size=1, migrate_schema=True).close()
         with psycopg.connect(dsn) as conn:
@@ -80,7 +139,7 @@ def test_a_distributed_database_takes_the_later_migrations(
                 " WHERE attrelid = '%s'::regclass AND attname = 'payload_text'$$)"
             ).fetchall()
         assert spread == (2,)
-        # Shards made before 0008 keep no statistics of content either (citus.sql).
+        # Shards keep no statistics of content either (citus.sql).
         assert shard_targets == [("0",)]
         assert config is not None and "plan_cache_mode=auto" in (config[0] or [])
         with psycopg.connect(dsn) as conn:

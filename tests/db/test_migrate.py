@@ -414,6 +414,29 @@ def test_a_database_of_the_pre_release_chain_is_refused(empty_db_dsn: str) -> No
         assert exists.fetchone() == (None,)  # nothing was installed over it
 
 
+def test_a_database_of_the_unreleased_chain_before_0_1_0_is_refused(empty_db_dsn: str) -> None:
+    """A database migrated by the development chain squashed into 0002_to_0_1_0 (it
+    records 0002_sql_door, ..) is refused at version 2, nothing applied."""
+    baseline = migrations()[0]
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(_BOOTSTRAP)
+        for version, name, sha in [
+            (1, baseline.name, baseline.sha256),
+            (2, "sql_door", f"{2:064x}"),
+            (3, "graph_keys", f"{3:064x}"),
+        ]:
+            conn.execute(
+                "INSERT INTO cwstore.schema_migrations (version, name, sha256) VALUES (%s, %s, %s)",
+                (version, name, sha),
+            )
+        with pytest.raises(MigrationError) as caught:
+            apply_migrations_sync(PsycopgConnection(conn))
+        assert caught.value.version == 2
+        assert "0002_sql_door.sql" in str(caught.value)
+        assert "0002_to_0_1_0.sql" in str(caught.value)
+        assert conn.execute("SELECT count(*) FROM cwstore.schema_migrations").fetchone() == (3,)
+
+
 async def test_a_database_of_the_pre_release_chain_is_refused_asyncpg(empty_db_dsn: str) -> None:
     _record_old_chain(empty_db_dsn)
     conn = await asyncpg.connect(empty_db_dsn)
@@ -436,11 +459,11 @@ def test_lock_timeout_must_be_positive(empty_db_dsn: str) -> None:
 
 
 def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_dsn: str) -> None:
-    """0003_graph_keys on a database of 0001..0002 holding graphs: every row of every
+    """0002 on a database of 0001 holding graphs: every row of every
     table keyed by graph moves to graph_key(name), nothing else changes, and the graph
     takes appends and reads as before."""
     files = migrations()
-    upto = [m for m in files if m.version <= 2]
+    upto = [m for m in files if m.version <= 1]
     nodes = [
         f'{{"id":"cw_{1:024x}","kind":"goal","parents":[],"payload":{{"i":1}},'
         '"createdAt":"2025-01-01T00:00:00Z","resourceKey":"doc"}',
@@ -449,7 +472,7 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
     ]
     tables = GRAPH_TABLES[1:]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(PsycopgConnection(conn), upto) == [1, 2]
+        assert apply_migrations_sync(PsycopgConnection(conn), upto) == [1]
         for g in ("a", "b"):
             conn.execute(
                 "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (g, f"[{nodes[0]}]")
@@ -469,7 +492,7 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
         }
         projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
         assert apply_migrations_sync(PsycopgConnection(conn)) == [
-            m.version for m in files if m.version > 2
+            m.version for m in files if m.version > 1
         ]
         assert conn.execute(
             "SELECT count(*) FROM cwstore.graphs WHERE graph_id <> cwstore.graph_key(name)"
@@ -497,32 +520,30 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
 
 
 def test_erasure_migration_keeps_every_graph_and_numbers_its_life(empty_db_dsn: str) -> None:
-    """0005_erasure on a database of 0001..0004 holding graphs: no graph_id changes
-    (every graph is at probe 0 of its chain), each graph's life takes its graph_id as its
+    """0002 on a database of 0001 holding graphs: every graph is at probe 0 of its
+    chain, each graph's life takes its graph_id as its
     incarnation, a new life takes one above every graph_id, and a graph of before is
     erased whole like any other."""
     files = migrations()
-    upto = [m for m in files if m.version <= 4]
+    upto = [m for m in files if m.version <= 1]
     nodes = (
         f'[{{"id":"cw_{1:024x}","kind":"goal","parents":[],"payload":{{"i":1}},'
         '"createdAt":"2025-01-01T00:00:00Z","resourceKey":"doc"}]'
     )
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert apply_migrations_sync(PsycopgConnection(conn), upto) == [1, 2, 3, 4]
+        assert apply_migrations_sync(PsycopgConnection(conn), upto) == [1]
         for g in ("a", "b"):
             conn.execute("SELECT count(*) FROM cwstore.append_v1(%s, %s::json)", (g, nodes))
-        ids = conn.execute("SELECT name, graph_id FROM cwstore.graphs ORDER BY name").fetchall()
+        names = conn.execute("SELECT name FROM cwstore.graphs ORDER BY name").fetchall()
         projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
         assert apply_migrations_sync(PsycopgConnection(conn)) == [
-            m.version for m in files if m.version > 4
+            m.version for m in files if m.version > 1
         ]
-        assert (
-            conn.execute(
-                "SELECT name, graph_id FROM cwstore.graphs"
-                " WHERE key_probe = 0 AND incarnation = graph_id ORDER BY name"
-            ).fetchall()
-            == ids
-        )
+        ids = conn.execute(
+            "SELECT name, graph_id FROM cwstore.graphs"
+            " WHERE key_probe = 0 AND incarnation = graph_id ORDER BY name"
+        ).fetchall()
+        assert [(name,) for name, _ in ids] == names
         assert conn.execute("SELECT cwstore.projection_v1('a')").fetchone() == projection
         assert conn.execute("SELECT cwstore.erase_graph_v1('a', 'test')").fetchone() == (1,)
         conn.execute("SELECT count(*) FROM cwstore.append_v1('c', %s::json)", (nodes,))
