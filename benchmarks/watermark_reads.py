@@ -1,7 +1,7 @@
 """As-of reads on either side of the frontier's watermark, at its worst lag.
 
 A graph's frontier history (``frontier_spans``) trails its nodes by fewer than
-``cwstore.derive_lag()`` of them (migration 0012): a read as of a node past the
+``cwstore.derive_lag()`` of them: a read as of a node past the
 watermark folds the nodes after it onto the spans at the watermark. This measures the
 p50 of ``frontier_at``, ``export_v1``'s frontier and ``projection_v1`` as of three
 points of one graph whose watermark trails by ``derive_lag() - 1`` nodes (the worst

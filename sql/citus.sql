@@ -33,8 +33,9 @@
 -- as it is. Needs the citus extension and at least one worker (citus_add_node).
 
 -- Each shard keeps no planner statistics of a column its table keeps none of (the
--- content columns, 20_tables.sql): a table distributed before migration 0008 had its
--- shards made without those targets, and Citus does not carry SET STATISTICS to shards.
+-- content columns, 20_tables.sql): a table distributed before its columns had those
+-- targets (by a development build before 0.1.0) had its shards made without them, and
+-- Citus does not carry SET STATISTICS to shards.
 -- First in this file, before this transaction locks any shard: run_command_on_shards
 -- works on connections of its own (what it sets stays even if a later step fails).
 DO $shard_stats$

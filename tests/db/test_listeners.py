@@ -1,6 +1,6 @@
-"""Wake-ups go out only while a follower is registered (cwstore.listeners, migration
-0007): a plain LISTEN hears nothing, a registered one hears every append, and a
-follower that is gone stops the wake-ups at the next registration."""
+"""Wake-ups go out only while a follower is registered (cwstore.listeners): a plain
+LISTEN hears nothing, a registered one hears every append, and a follower that is gone
+stops the wake-ups at the next registration."""
 
 from __future__ import annotations
 

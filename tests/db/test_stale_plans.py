@@ -8,9 +8,9 @@ and an append's cost then grows with the table or the graph. Counted, not timed,
 autovacuum off on cwstore's tables so no later ANALYZE rescues the plans: sequential
 scans through a plain connection (as psql or the TypeScript runtime call the SQL door)
 and through the store, and the index entries an append reads early in a connection
-and 120 appends later. Before migration 0011 the last read 945 entries for 10 appends
-early and 24,045 later (the lookups by id and seq took nodes_created_at_idx, the index
-made last); 63 and 70 now.
+and 120 appends later. Before the write doors planned without sequential scans, the
+last read 945 entries for 10 appends early and 24,045 later (the lookups by id and seq
+took nodes_created_at_idx, the index made last); 63 and 70 now.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_an_appends_index_reads_do_not_grow_with_the_graph(empty_db_dsn: str) ->
 def test_appends_that_declare_a_frontier_read_no_more_as_the_graph_grows(
     empty_db_dsn: str,
 ) -> None:
-    # Before migration 0014 the run past the watermark and the current heads were read
+    # Before the reads in key order, the run past the watermark and the current heads were read
     # through nodes_id_key, the graph's whole range each time: 536 index entries for 10
     # appends early, 9,729 for 10 appends 110 appends later; 160 and 170 now.
     _analyzed_while_empty(empty_db_dsn)

@@ -37,9 +37,8 @@ IMPORT_FROM_OBJECTS_BOUND = 2.0
 IMPORT_FROM_TEXT_BOUND = 16.0
 # Peak private memory growth of the server's backend while it writes one node at the
 # payload limit, as a multiple of the payload, by door and payload shape (PostgreSQL 15,
-# benchmarks/RESULTS.md). append_v1: 200,000 objects {"a":1} took 27x before
-# 0010_batch_reads and 15x after, one long string 16x before and 9x after;
-# import_rows_v1 (a writer's import): 18x and 16x before, 14x and 13x after.
+# benchmarks/RESULTS.md). append_v1: 200,000 objects {"a":1} take 15x, one long string
+# 9x; import_rows_v1 (a writer's import): 14x and 13x.
 BACKEND_BOUNDS = {
     ("append_v1", "small_objects"): 20.0,
     ("append_v1", "one_string"): 12.0,
