@@ -7,7 +7,8 @@
 -- What 0.1.0 adds, by what changes here:
 -- * Graph keys: a graph's graph_id is derived from its name (graph_key(name,
 --   key_probe)), so a name finds its row without a unique index on names (what a
---   distributed PostgreSQL needs); every graph's rows are rekeyed once, below.
+--   distributed PostgreSQL needs); every graph's rows are rekeyed once, below, two
+--   names whose keys collide taking the keys a graph made now would take.
 -- * Lives and erasure: graphs.incarnation tells one life of a name from the next; the
 --   audit record cwstore.erasures, whose insert erases a graph; graph_key_detours.
 -- * Retention: graphs.written_at (from the graph's last node) and retention_group.
@@ -3736,10 +3737,10 @@ COMMENT ON FUNCTION cwstore.erase_idle_v1(interval, text, text, integer) IS
   'Erase up to batch graphs idle longer than an interval (of a tenant, or every tenant the caller may erase when NULL), each recorded in cwstore.erasures; a retention group goes whole or not at all. Call until no row.';
 
 -- =================================================================================
--- The rows: every graph rekeyed to graph_key(name) (key_probe 0), its life numbered
--- by its new key, written_at from its last node, its current frontier and watermark
--- from its frontier history (derived through its length). The guards refuse these
--- updates, so the tables' own triggers are off while they run.
+-- The rows: every graph rekeyed to the key of its name, its life numbered by its new
+-- key, written_at from its last node, its current frontier and watermark from its
+-- frontier history (derived through its length). The guards refuse these updates, so
+-- the tables' own triggers are off while they run.
 -- =================================================================================
 
 ALTER TABLE cwstore.graphs DISABLE TRIGGER USER;
@@ -3751,21 +3752,60 @@ ALTER TABLE cwstore.key_versions DISABLE TRIGGER USER;
 ALTER TABLE cwstore.key_heads DISABLE TRIGGER USER;
 ALTER TABLE cwstore.kind_counts DISABLE TRIGGER USER;
 
-CREATE TEMPORARY TABLE graph_keys_0002 ON COMMIT DROP AS
-  SELECT graph_id AS old_id, cwstore.graph_key(name) AS new_id FROM cwstore.graphs
-   WHERE graph_id <> cwstore.graph_key(name);
-UPDATE cwstore.nodes t SET graph_id = k.new_id FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.edges t SET graph_id = k.new_id FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.frontier_spans t SET graph_id = k.new_id
-  FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.frontier_declarations t SET graph_id = k.new_id
-  FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.key_versions t SET graph_id = k.new_id
-  FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.key_heads t SET graph_id = k.new_id FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.kind_counts t SET graph_id = k.new_id
-  FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
-UPDATE cwstore.graphs t SET graph_id = k.new_id FROM graph_keys_0002 k WHERE t.graph_id = k.old_id;
+-- Each graph's key, in the order the graphs were made: graph_key(name, probe) at the
+-- first probe no graph made before it took, as cwstore._create_graph gives one now (two
+-- names whose keys collide: the later takes the next key of its chain, and
+-- graph_key_detours records the keys it passed over). parked: its key is the graph_id
+-- another graph has until it moves, so it moves after every other.
+CREATE TEMPORARY TABLE graph_keys_0002 (
+  old_id  bigint PRIMARY KEY,
+  new_id  bigint NOT NULL UNIQUE,
+  probe   integer NOT NULL,
+  parked  boolean NOT NULL DEFAULT false
+) ON COMMIT DROP;
+DO $keys$
+DECLARE
+  g record;
+  v_probe integer;
+BEGIN
+  FOR g IN SELECT graph_id, name FROM cwstore.graphs ORDER BY graph_id LOOP
+    v_probe := 0;
+    WHILE EXISTS (SELECT 1 FROM graph_keys_0002 k
+                   WHERE k.new_id = cwstore.graph_key(g.name, v_probe)) LOOP
+      v_probe := v_probe + 1;
+    END LOOP;
+    INSERT INTO graph_keys_0002 (old_id, new_id, probe)
+    VALUES (g.graph_id, cwstore.graph_key(g.name, v_probe), v_probe);
+  END LOOP;
+END
+$keys$;
+UPDATE graph_keys_0002 k SET parked = true
+ WHERE k.new_id <> k.old_id AND EXISTS (SELECT 1 FROM graph_keys_0002 o WHERE o.old_id = k.new_id);
+
+-- Every table keyed by graph, in three steps so that no row takes a key another row
+-- still holds: the parked graphs' rows out of the way (to the negated key; keys are
+-- positive), every other graph's rows to its key, then the parked ones to theirs.
+DO $rekey$
+DECLARE
+  t text;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['nodes', 'edges', 'frontier_spans', 'frontier_declarations',
+                           'key_versions', 'key_heads', 'kind_counts', 'graphs'] LOOP
+    EXECUTE format('UPDATE cwstore.%I t SET graph_id = -k.new_id FROM graph_keys_0002 k'
+                   ' WHERE t.graph_id = k.old_id AND k.parked', t);
+    EXECUTE format('UPDATE cwstore.%I t SET graph_id = k.new_id FROM graph_keys_0002 k'
+                   ' WHERE t.graph_id = k.old_id AND k.new_id <> k.old_id AND NOT k.parked', t);
+    EXECUTE format('UPDATE cwstore.%I t SET graph_id = k.new_id FROM graph_keys_0002 k'
+                   ' WHERE t.graph_id = -k.new_id AND k.parked', t);
+  END LOOP;
+END
+$rekey$;
+UPDATE cwstore.graphs g SET key_probe = k.probe
+  FROM graph_keys_0002 k WHERE g.graph_id = k.new_id AND k.probe > 0;
+INSERT INTO cwstore.graph_key_detours (slot, graph_id)
+  SELECT cwstore.graph_key(g.name, p), g.graph_id
+    FROM cwstore.graphs g, generate_series(0, g.key_probe - 1) AS p
+   WHERE g.key_probe > 0;
 
 UPDATE cwstore.graphs g
    SET incarnation = g.graph_id,

@@ -10,12 +10,15 @@ from ``schema/`` holds for the same writes. Then both go on appending and still 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from support.documents import generate_session
 
 from cwstore import _jsontext
@@ -23,12 +26,20 @@ from cwstore._sql import migrations
 from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
-# graph name -> (document, nodes written before the migration): cut where the frontier
-# holds two heads, and once after the last node.
+COLLIDING = json.loads(
+    (Path(__file__).resolve().parents[1] / "vectors" / "graph_key_collision.json").read_text(
+        encoding="utf-8"
+    )
+)["names"]
+# graph name -> (document, nodes written before the migration), in the order the graphs
+# are made: cut where the frontier holds two heads, and once after the last node; two
+# names whose keys collide (the second takes a detour).
 GRAPHS: dict[str, tuple[dict[str, Any], int]] = {
     "branching session": (generate_session(3, 6, keys=4, semantic_keys=3), 45),
     "odd payloads": (generate_session(11, 4, odd_payloads=True), 23),
     "written whole before": (generate_session(5, 3, branches=False), 10_000),
+    COLLIDING[0]: (generate_session(13, 1), 5),
+    COLLIDING[1]: (generate_session(17, 1), 5),
 }
 BATCH = 7
 # The rows derived from nodes, compared whole between the two databases.
@@ -38,6 +49,7 @@ DERIVED = {
     " ORDER BY 1, 2, 3",
     "key_heads": "SELECT * FROM cwstore.key_heads ORDER BY graph_id, key",
     "kind_counts": "SELECT * FROM cwstore.kind_counts ORDER BY 1, 2, 3",
+    "graph_key_detours": "SELECT * FROM cwstore.graph_key_detours ORDER BY 1, 2",
     "graphs": "SELECT graph_id, name, tenant, vocabulary, length, key_probe, frontier_seqs"
     " FROM cwstore.graphs ORDER BY graph_id",
 }
@@ -56,10 +68,24 @@ def _append(conn: psycopg.Connection[Any], graph: str, nodes: list[dict[str, Any
         )
 
 
-def _write(conn: psycopg.Connection[Any], upto: Callable[[int], slice]) -> None:
-    for graph, (doc, before) in GRAPHS.items():
+def _key(name: str) -> int:
+    """cwstore.graph_key(name): the first 48 bits of the name's MD5."""
+    return int(hashlib.md5(name.encode()).hexdigest()[:12], 16)
+
+
+def _write(conn: psycopg.Connection[Any], *, baseline: bool) -> None:
+    """Every graph of GRAPHS made, in order, and its nodes up to its cut appended. At the
+    baseline, whose graph_id is an identity, the second graph is numbered with the key
+    of the first, which the first takes in the migration: it has to wait."""
+    for i, (graph, (doc, before)) in enumerate(GRAPHS.items()):
+        if baseline and i == 1:
+            conn.execute(
+                sql.SQL("ALTER TABLE cwstore.graphs ALTER COLUMN graph_id RESTART WITH {}").format(
+                    sql.Literal(_key(next(iter(GRAPHS))))
+                )
+            )
         conn.execute("SELECT cwstore.ensure_graph_v1(%s)", (graph,))
-        _append(conn, graph, doc["nodes"][upto(before)])
+        _append(conn, graph, doc["nodes"][:before])
     conn.execute("SELECT cwstore.ensure_graph_v1('never written')")
 
 
@@ -92,12 +118,15 @@ def upgraded(new_database: Callable[[], str]) -> tuple[str, str, dict[str, list[
     old, new = new_database(), new_database()
     with psycopg.connect(old, autocommit=True) as conn:
         apply_migrations_sync(PsycopgConnection(conn), files[:1])
-        _write(conn, lambda before: slice(0, before))
+        _write(conn, baseline=True)
+        assert conn.execute(
+            "SELECT graph_id FROM cwstore.graphs WHERE name = %s", (list(GRAPHS)[1],)
+        ).fetchone() == (_key(next(iter(GRAPHS))),)
         before = _reads(conn)
         apply_migrations_sync(PsycopgConnection(conn))
     with psycopg.connect(new, autocommit=True) as conn:
         apply_migrations_sync(PsycopgConnection(conn))
-        _write(conn, lambda before: slice(0, before))
+        _write(conn, baseline=False)
     return old, new, before
 
 
@@ -122,15 +151,20 @@ def test_the_derived_rows_are_those_of_a_new_database(
     with psycopg.connect(old) as a, psycopg.connect(new) as b:
         migrated, fresh = _derived(a), _derived(b)
         lives = a.execute(
-            "SELECT bool_and(graph_id = cwstore.graph_key(name) AND incarnation = graph_id"
+            "SELECT bool_and(graph_id = cwstore.graph_key(name, key_probe)"
+            " AND incarnation = graph_id"
             " AND derived_length = length),"
             " bool_and(written_at = coalesce((SELECT n.recorded_at FROM cwstore.nodes n"
             "   WHERE n.graph_id = g.graph_id AND n.seq = g.length), g.created_at))"
             " FROM cwstore.graphs g"
         ).fetchone()
+        probes = a.execute(
+            "SELECT name, key_probe FROM cwstore.graphs WHERE key_probe > 0"
+        ).fetchall()
     assert all(migrated[name] for name in DERIVED), "every kind of derived row is compared"
     assert migrated == fresh
     assert lives == (True, True)
+    assert probes == [(COLLIDING[1], 1)]
 
 
 def test_both_go_on_appending_and_agree(
