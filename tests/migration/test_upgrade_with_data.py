@@ -20,7 +20,10 @@ import psycopg
 import pytest
 from psycopg import sql
 from support.documents import generate_session
+from support.nodes import node
+from support.tenants import tenant_roles
 
+import cwstore
 from cwstore import _jsontext
 from cwstore._sql import migrations
 from cwstore.drivers.psycopg import PsycopgConnection
@@ -188,3 +191,54 @@ def test_both_go_on_appending_and_agree(
                 "SELECT frontier FROM cwstore.export_v1(%s)", (graph,)
             ).fetchone() or (None,)
             assert frontier == doc["frontier"]
+
+
+def test_roles_keep_their_tenants(empty_db_dsn: str) -> None:
+    """Roles set up at the baseline keep their grants and their tenants: after the
+    migration a writer appends to its tenant's graph and is refused another's, a reader
+    reads its tenant's rows only, and an admin erases (new since the baseline) its
+    tenant's graphs only."""
+    dsn = empty_db_dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply_migrations_sync(PsycopgConnection(conn), migrations()[:1])
+    with tenant_roles(dsn) as made:
+        first = {g: node("goal", g) for g in ("a-graph", "b-graph")}
+        for who, graph in (("writer_a", "a-graph"), ("writer_b", "b-graph")):
+            with psycopg.connect(getattr(made, who), autocommit=True) as conn:
+                conn.execute(
+                    "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",
+                    (graph, _jsontext.dumps([first[graph]])),
+                )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            apply_migrations_sync(PsycopgConnection(conn))
+            # Functions are executable by PUBLIC unless revoked: every one the migration
+            # made has its grants (cwstore.apply_grants), none is left to PUBLIC.
+            to_public = conn.execute(
+                "SELECT count(*) FROM pg_proc p"
+                " WHERE p.pronamespace = 'cwstore'::regnamespace AND (p.proacl IS NULL"
+                " OR aclcontains(p.proacl, makeaclitem(0, p.proowner, 'EXECUTE', false)))"
+            ).fetchone()
+            reader_may = conn.execute(
+                "SELECT has_function_privilege(%s,"
+                " 'cwstore.append_v1(text, json, bigint, json, bigint)', 'EXECUTE'),"
+                " has_function_privilege(%s, 'cwstore.erase_graph_v1(text, text)', 'EXECUTE')",
+                (made.names["reader_a"], made.names["admin_a"]),
+            ).fetchone()
+        assert to_public == (0,)
+        assert reader_may == (False, True)
+        with cwstore.connect_sync(made.writer_a, min_size=1, max_size=1) as store:
+            two = node("answer", "two", [first["a-graph"]["id"]])
+            assert [n.sequence for n in store.append("a-graph", [two])] == [2]
+            with pytest.raises(cwstore.PermissionDeniedError):
+                store.append("b-graph", [node("answer", "over it", [first["b-graph"]["id"]])])
+        with psycopg.connect(made.reader_a) as conn:
+            seen = conn.execute(
+                "SELECT g.name, count(*) FROM cwstore.nodes n JOIN cwstore.graphs g"
+                " USING (graph_id) GROUP BY g.name"
+            ).fetchall()
+        assert seen == [("a-graph", 2)]
+        with psycopg.connect(made.admin_a, autocommit=True) as conn:
+            with pytest.raises(psycopg.Error):
+                conn.execute("SELECT cwstore.erase_graph_v1('b-graph', 'not mine')")
+            erased = conn.execute("SELECT cwstore.erase_graph_v1('a-graph', 'test')").fetchone()
+        assert erased == (2,)
