@@ -12,9 +12,10 @@
 -- * Lives and erasure: graphs.incarnation tells one life of a name from the next; the
 --   audit record cwstore.erasures, whose insert erases a graph; graph_key_detours.
 -- * Retention: graphs.written_at (from the graph's last node) and retention_group.
--- * The write path: the SQL door (append_v1) makes every check cwstore import makes and
---   decides under the graph's lock; one statement trigger on nodes derives edges, key
---   versions and kind counts; the frontier's history (frontier_spans) is derived
+-- * The write path: the SQL door (append_v1) makes the checks cwstore import makes (but
+--   for recomputing ids: it checks their form) and decides under the graph's lock on
+--   the life it writes (a fifth argument); one statement trigger on nodes derives
+--   edges, key versions and kind counts; the frontier's history (frontier_spans) is derived
 --   behind a watermark (graphs.derived_length) and the current frontier kept on the
 --   graph's row (graphs.frontier_seqs); nodes.node_json, a stored copy, is gone.
 -- * Reads in key order that can only be index descents; planner statistics kept off
@@ -3780,7 +3781,8 @@ BEGIN
 END
 $keys$;
 UPDATE graph_keys_0002 k SET parked = true
- WHERE k.new_id <> k.old_id AND EXISTS (SELECT 1 FROM graph_keys_0002 o WHERE o.old_id = k.new_id);
+ WHERE k.new_id <> k.old_id
+   AND EXISTS (SELECT 1 FROM graph_keys_0002 o WHERE o.old_id = k.new_id);
 
 -- Every table keyed by graph, in three steps so that no row takes a key another row
 -- still holds: the parked graphs' rows out of the way (to the negated key; keys are
@@ -3794,7 +3796,8 @@ BEGIN
     EXECUTE format('UPDATE cwstore.%I t SET graph_id = -k.new_id FROM graph_keys_0002 k'
                    ' WHERE t.graph_id = k.old_id AND k.parked', t);
     EXECUTE format('UPDATE cwstore.%I t SET graph_id = k.new_id FROM graph_keys_0002 k'
-                   ' WHERE t.graph_id = k.old_id AND k.new_id <> k.old_id AND NOT k.parked', t);
+                   ' WHERE t.graph_id = k.old_id AND k.new_id <> k.old_id'
+                   ' AND NOT k.parked', t);
     EXECUTE format('UPDATE cwstore.%I t SET graph_id = k.new_id FROM graph_keys_0002 k'
                    ' WHERE t.graph_id = -k.new_id AND k.parked', t);
   END LOOP;
