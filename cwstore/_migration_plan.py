@@ -186,14 +186,25 @@ def _applied_rows(rows: Sequence[Row]) -> list[AppliedMigration]:
     ]
 
 
+def _server_said(exc: Exception) -> str:
+    """The server's own words for a failed step: the driver's error under the mapped one
+    (a violated constraint of the node tables maps to a ``ValidationError`` about a
+    document, which a migration is not)."""
+    cause = exc.__cause__
+    return str(cause if cause is not None else exc).strip()
+
+
 def _failed(migration: Migration, exc: Exception) -> MigrationError:
     return MigrationError(
-        f"migration {migration.filename} failed and was rolled back: {exc}", migration.version
+        f"migration {migration.filename} failed and was rolled back: {_server_said(exc)}",
+        migration.version,
     )
 
 
 def _install_failed(exc: Exception) -> MigrationError:
-    return MigrationError(f"installing the schema (sql/schema/) failed and was rolled back: {exc}")
+    return MigrationError(
+        f"installing the schema (sql/schema/) failed and was rolled back: {_server_said(exc)}"
+    )
 
 
 def _lock_timed_out(timeout: float, exc: Exception) -> MigrationError:

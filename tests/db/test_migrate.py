@@ -155,6 +155,28 @@ def test_failing_migration_rolls_back_whole(
     assert [r[0] for r in _recorded(empty_db_dsn)] == [1, 2, 3]
 
 
+def test_a_failing_migration_says_what_the_server_said(
+    empty_db_dsn: str, scratch_migrations: list[Migration]
+) -> None:
+    """A constraint named like one of the node tables' maps, in a write, to a document's
+    violation; a migration that breaks it is reported in the server's words."""
+    broken = Migration.from_text(
+        4,
+        "broken",
+        "CREATE TABLE cwstore.rekeyed (x int CONSTRAINT nodes_pkey PRIMARY KEY);\n"
+        "INSERT INTO cwstore.rekeyed VALUES (1), (1);",
+    )
+    with (
+        psycopg.connect(empty_db_dsn, autocommit=True) as conn,
+        pytest.raises(MigrationError) as caught,
+    ):
+        apply_migrations_sync(PsycopgConnection(conn), [*scratch_migrations, broken])
+    message = str(caught.value)
+    assert "0004_broken.sql failed and was rolled back" in message
+    assert 'unique constraint "nodes_pkey"' in message
+    assert "document" not in message and "$.sequence" not in message
+
+
 async def test_failing_migration_rolls_back_whole_asyncpg(
     empty_db_dsn: str, scratch_migrations: list[Migration]
 ) -> None:
