@@ -141,9 +141,8 @@ def plan(files: Sequence[Migration], applied: Sequence[AppliedMigration]) -> lis
         A recorded migration has another name than its file: the database was made by
         another chain (a development chain squashed before its release: 0001_schema ..
         0007 into 0001_baseline, 0002_sql_door .. 0016 into 0002_to_0_1_0); it cannot be
-        upgraded in place. Or a
-        recorded migration's checksum differs from its file: the file was edited after
-        it was applied. ``version`` names the migration.
+        upgraded in place. Or a recorded migration's checksum differs from its file: the
+        file was edited after it was applied. ``version`` names the migration.
     """
     recorded = {a.version: a for a in applied}
     pending: list[Migration] = []

@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager as ContextManager
 
 import psycopg
 import pytest
-from support.nodes import T0
+from support.nodes import node
 
 import cwstore
 from cwstore._sql import migrations, released
@@ -32,12 +32,6 @@ pytestmark = pytest.mark.skipif(
     not os.environ.get("CWSTORE_TEST_CITUS_DSN"),
     reason="CWSTORE_TEST_CITUS_DSN is not set: no Citus cluster for these tests",
 )
-
-
-def _goal(payload: str) -> dict[str, object]:
-    node: dict[str, object] = {"kind": "goal", "parents": [], "payload": payload, "createdAt": T0}
-    node["id"] = cwstore.compute_id("goal", [], payload, None)
-    return node
 
 
 def _init(dsn: str, *flags: str) -> str:
@@ -56,7 +50,7 @@ def test_a_database_of_the_baseline_is_distributed_with_its_graphs(
 ) -> None:
     files = migrations()
     graph = f"baseline-{uuid.uuid4().hex[:8]}"
-    one = _goal("one")
+    one = node("goal", "one")
     with new_citus_database(files[:1], distribute=False) as dsn:
         with psycopg.connect(dsn) as conn:
             conn.execute(
@@ -110,7 +104,7 @@ def test_a_distributed_database_takes_the_later_migrations(
     graph = f"upgrade-{uuid.uuid4().hex[:8]}"
     with new_citus_database(at_release) as dsn:
         # Written as a client of that release did: the two arguments every append_v1 takes.
-        one = _goal("one")
+        one = node("goal", "one")
         with psycopg.connect(dsn) as conn:
             conn.execute(
                 "SELECT count(*) FROM cwstore.append_v1(%s, %s::json)",

@@ -41,7 +41,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -50,6 +49,7 @@ import pytest
 from psycopg import sql
 from support import GRAPH_TABLES
 from support.documents import GraphBuilder
+from support.graph_keys import COLLIDING, COLLISION
 from support.nodes import node
 from support.stores import dsn_as
 
@@ -69,12 +69,7 @@ MAX_SEQ = 2**63 - 1
 """The seq of an erasure event in the all-graphs feed."""
 
 ERASE = "SELECT cwstore.erase_graph_v1(%s, %s)"
-VECTOR = json.loads(
-    (Path(__file__).resolve().parents[1] / "vectors" / "graph_key_collision.json").read_text(
-        encoding="utf-8"
-    )
-)
-COLLIDING: tuple[str, str] = (VECTOR["names"][0], VECTOR["names"][1])
+VECTOR = COLLISION
 
 
 # --- helpers: nodes, connections, refusals -------------------------------------------------

@@ -10,16 +10,15 @@ from ``schema/`` holds for the same writes. Then both go on appending and still 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 from support.documents import generate_session
+from support.graph_keys import COLLIDING, graph_key
 from support.nodes import node
 from support.tenants import tenant_roles
 
@@ -29,11 +28,6 @@ from cwstore._sql import migrations
 from cwstore.drivers.psycopg import PsycopgConnection
 from cwstore.migrate import apply_migrations_sync
 
-COLLIDING = json.loads(
-    (Path(__file__).resolve().parents[1] / "vectors" / "graph_key_collision.json").read_text(
-        encoding="utf-8"
-    )
-)["names"]
 # graph name -> (document, nodes written before the migration), in the order the graphs
 # are made: cut where the frontier holds two heads, and once after the last node; two
 # names whose keys collide (the second takes a detour).
@@ -71,11 +65,6 @@ def _append(conn: psycopg.Connection[Any], graph: str, nodes: list[dict[str, Any
         )
 
 
-def _key(name: str) -> int:
-    """cwstore.graph_key(name): the first 48 bits of the name's MD5."""
-    return int(hashlib.md5(name.encode()).hexdigest()[:12], 16)
-
-
 def _write(conn: psycopg.Connection[Any], *, baseline: bool) -> None:
     """Every graph of GRAPHS made, in order, and its nodes up to its cut appended. At the
     baseline, whose graph_id is an identity, the second graph is numbered with the key
@@ -84,7 +73,7 @@ def _write(conn: psycopg.Connection[Any], *, baseline: bool) -> None:
         if baseline and i == 1:
             conn.execute(
                 sql.SQL("ALTER TABLE cwstore.graphs ALTER COLUMN graph_id RESTART WITH {}").format(
-                    sql.Literal(_key(next(iter(GRAPHS))))
+                    sql.Literal(graph_key(next(iter(GRAPHS))))
                 )
             )
         conn.execute("SELECT cwstore.ensure_graph_v1(%s)", (graph,))
@@ -124,7 +113,7 @@ def upgraded(new_database: Callable[[], str]) -> tuple[str, str, dict[str, list[
         _write(conn, baseline=True)
         assert conn.execute(
             "SELECT graph_id FROM cwstore.graphs WHERE name = %s", (list(GRAPHS)[1],)
-        ).fetchone() == (_key(next(iter(GRAPHS))),)
+        ).fetchone() == (graph_key(next(iter(GRAPHS))),)
         before = _reads(conn)
         apply_migrations_sync(PsycopgConnection(conn))
     with psycopg.connect(new, autocommit=True) as conn:

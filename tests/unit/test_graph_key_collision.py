@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-VECTOR_PATH = Path(__file__).resolve().parents[1] / "vectors" / "graph_key_collision.json"
+from support.graph_keys import COLLISION, graph_key
 
 
 def _vector() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(VECTOR_PATH.read_text(encoding="utf-8"))
-    return data
-
-
-def graph_key(name: str) -> int:
-    """``cwstore.graph_key(name)`` in Python: the first 48 bits of MD5(UTF-8(name))."""
-    return int.from_bytes(hashlib.md5(name.encode("utf-8")).digest()[:6], "big")
+    return COLLISION
 
 
 def test_the_two_names_share_their_probe_0_key() -> None:
