@@ -9,8 +9,8 @@
 -- $5) stored before sequence $6 (NULL: all) and before checkpoint id $7 (NULL: all)
 -- whose metadata contains $8 (jsonb, NULL: any) or is not stored as JSON (the
 -- serializer's bytes: the reader decides), at most $9 (NULL: all); $3 the prefix
--- of pending writes' keys. Either way the checkpoints are one range of the kind's index
--- (one plan serves both). Every table is read by the graph's key, $1 (so on Citus the
+-- of pending writes' keys. Either way the checkpoints are one range of nodes_pkey read
+-- backwards, nodes of other kinds skipped (one plan serves both). Every table is read by the graph's key, $1 (so on Citus the
 -- statement runs on the graph's one worker); no rows when the graph at that key is not
 -- named $2 (the reader may remember a key the name has left, if the graph was erased
 -- since). Rows, in no order (the reader orders a few rows per checkpoint rather than
@@ -22,12 +22,11 @@
 -- already); part 2, each version of its pending writes' key ($3 || its checkpoint id).
 SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
   FROM (SELECT n.seq, n.id, n.payload_text
-          FROM cwstore.kind_counts k
-          JOIN cwstore.nodes n ON n.graph_id = $1::bigint AND n.seq = k.seq
-         WHERE k.graph_id = $1::bigint AND k.kind = $5::text
+          FROM cwstore.nodes n
+         WHERE n.graph_id = $1::bigint AND n.kind = $5::text
            -- The checkpoint's own sequence (none when its key has no head), or every
            -- sequence below $6.
-           AND k.seq BETWEEN (CASE WHEN $4::text IS NULL THEN 0
+           AND n.seq BETWEEN (CASE WHEN $4::text IS NULL THEN 0
                                    ELSE (SELECT h.head_seq FROM cwstore.key_heads h
                                           WHERE h.graph_id = $1::bigint
                                             AND h.key = $4::text) END)
@@ -42,7 +41,7 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
            AND ($8::jsonb IS NULL
                 OR NOT (cwstore.payload_jsonb(n.payload_text) -> 'metadata') ? 'json'
                 OR cwstore.payload_jsonb(n.payload_text) -> 'metadata' -> 'json' @> $8::jsonb)
-         ORDER BY k.seq DESC
+         ORDER BY n.seq DESC
          LIMIT $9) c
   JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
  CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(c.payload_text) AS head) cp
@@ -157,8 +156,8 @@ SELECT name FROM cwstore.graphs
 -- with the kind $2 of checkpoint nodes.
 SELECT DISTINCT g.name
   FROM cwstore.graphs g
-  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
-  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+  JOIN LATERAL (SELECT n.payload_text FROM cwstore.nodes n
+                 WHERE n.graph_id = g.graph_id AND n.kind = $2::text ORDER BY n.seq) n ON true
  CROSS JOIN LATERAL (SELECT cwstore.payload_jsonb(n.payload_text) -> 'metadata' AS md) m
  WHERE starts_with(g.name, 'langgraph:')
    AND (m.md -> 'json' ->> 'run_id' = ANY($1::text[]) OR NOT m.md ? 'json')
@@ -179,8 +178,8 @@ SELECT g.name, g.length
 SELECT g.name, (cwstore.payload_jsonb(n.payload_text) -> 'metadata')::text AS metadata
   FROM unnest($1::text[]) t(root)
   JOIN cwstore.graphs g ON g.name = t.root OR starts_with(g.name, t.root || ':')
-  JOIN cwstore.kind_counts k ON k.graph_id = g.graph_id AND k.kind = $2::text
-  JOIN cwstore.nodes n ON n.graph_id = g.graph_id AND n.seq = k.seq
+  JOIN LATERAL (SELECT n.payload_text FROM cwstore.nodes n
+                 WHERE n.graph_id = g.graph_id AND n.kind = $2::text ORDER BY n.seq) n ON true
 
 -- name: erase_graph
 -- Erase graph $1 (reason $2) inside the caller's transaction (cwstore.erase_graph_v1);

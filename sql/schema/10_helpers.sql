@@ -29,6 +29,15 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 32::bigint $$;
 COMMENT ON FUNCTION cwstore.derive_lag() IS
   'How many nodes a graph''s frontier history may trail its length before the write that reaches it derives them.';
 
+-- The width of the blocks of sequences by which kind_counts keeps running counts: per
+-- kind, the last node of the kind in each block the watermark has passed, so that a
+-- count as of s is a descent of kind_counts_pkey plus at most one block and the
+-- watermark's lag of nodes (cwstore._kind_counts_at).
+CREATE FUNCTION cwstore.count_block() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 32::bigint $$;
+COMMENT ON FUNCTION cwstore.count_block() IS
+  'The width of the blocks of sequences kind_counts keeps a running count per kind in (the last node of the kind in each block).';
+
 -- _fold_frontier(frontier, new heads, closed): SPEC 4's fold of a run of nodes onto a
 -- frontier (heads' sequences, in order): the heads that a node of the run took as a
 -- parent leave it, the run's folding nodes join it at the end in sequence order, unless

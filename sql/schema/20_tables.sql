@@ -1,11 +1,11 @@
 -- 20_tables: the tables, their indexes and their comments.
 --
 -- graphs holds one row per graph (the per-graph lock of the append path, and its
--- current frontier); nodes is the append-only log; edges, key_versions, key_heads and
--- kind_counts are derived from nodes by its insert triggers in the writing statement
--- (40_derive.sql); frontier_spans, the frontier's history, behind a watermark
--- (graphs.derived_length), by the write that takes the graph derive_lag() nodes past
--- it, or by cwstore.derive_v1;
+-- current frontier); nodes is the append-only log; edges, key_versions and key_heads
+-- are derived from nodes by its insert triggers in the writing statement
+-- (40_derive.sql); frontier_spans, the frontier's history, and kind_counts, running
+-- counts by kind, behind a watermark (graphs.derived_length), by the write that takes
+-- the graph derive_lag() nodes past it, or by cwstore.derive_v1;
 -- frontier_declarations records frontiers declared by writers; tenant_members says
 -- which roles belong to which tenant (50_tenancy.sql); listeners who follows the
 -- channel cwstore (80_listeners.sql).
@@ -50,7 +50,7 @@ CREATE TABLE cwstore.graphs (
 CREATE INDEX graphs_retention_group_idx ON cwstore.graphs (tenant, retention_group)
   WHERE retention_group IS NOT NULL;
 COMMENT ON TABLE cwstore.graphs IS
-  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). frontier_seqs is the current frontier (its heads'' sequences, in order), kept by every write. derived_length is the watermark of frontier_spans, which holds the frontier''s history through node derived_length; reads as of a later node fold the nodes after it (fewer than cwstore.derive_lag()). The row is the per-graph lock of the append path.';
+  'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). frontier_seqs is the current frontier (its heads'' sequences, in order), kept by every write. derived_length is the watermark of frontier_spans and kind_counts, which hold the frontier''s history and the counts by kind through node derived_length; reads as of a later node fold the nodes after it (fewer than cwstore.derive_lag()). The row is the per-graph lock of the append path.';
 
 CREATE TABLE cwstore.graph_key_detours (
   slot      bigint NOT NULL,
@@ -207,7 +207,7 @@ CREATE TABLE cwstore.kind_counts (
   CONSTRAINT kind_counts_pkey PRIMARY KEY (graph_id, kind, seq)
 );
 COMMENT ON TABLE cwstore.kind_counts IS
-  'One row per node: n is how many nodes of its kind the graph holds up to and including seq. Counts by kind at any sequence, and the latest node of a kind, are index lookups.';
+  'Running counts by kind, behind the watermark (graphs.derived_length): a row for the last node of its kind in each block of cwstore.count_block() sequences that ends at or before the watermark; n is how many nodes of its kind the graph holds up to and including seq. Counts by kind at any sequence, and the latest node of a kind, are an index lookup here plus at most a block and the watermark''s lag of nodes (cwstore._kind_counts_at).';
 
 CREATE TABLE cwstore.tenant_members (
   tenant    text NOT NULL,

@@ -1,19 +1,20 @@
 -- 40_derive: the nodes triggers, which check a whole statement's new rows and write
 -- what is derived from them, in the same transaction: edges, resource key versions and
--- heads, running counts by kind, the graph's new length and current frontier; the
--- frontier's history (frontier_spans) behind a watermark, a run of nodes at a time; and
--- the trigger of declared frontiers.
+-- heads, the graph's new length and current frontier; the frontier's history
+-- (frontier_spans) and running counts by kind (kind_counts) behind a watermark, a run
+-- of nodes at a time; and the trigger of declared frontiers.
 --
 -- Whoever writes (append_v1, import_rows_v1, a COPY by the owner, psql), every invariant
 -- the database can hold is checked here: parents that exist, come earlier and are sorted,
 -- semantic payloads of the right shape and vocabulary, resource chains that link to the
 -- key's head, gapless sequences.
 --
--- The frontier's history trails the nodes: graphs.derived_length is the last node whose
--- spans are written. The write that takes a graph cwstore.derive_lag() nodes past it
--- writes the spans of those nodes in one set-wise pass (_derive_spans), in its own
--- transaction, so a crash can only lose both; cwstore.derive_v1 does it on request. The
--- reads fold the nodes after the watermark (70_read_api.sql, _frontier_at). Closing a
+-- The frontier's history and the counts trail the nodes: graphs.derived_length is the
+-- last node whose spans and counts are written. The write that takes a graph
+-- cwstore.derive_lag() nodes past it writes those of the nodes after it in one
+-- set-wise pass (_derive_spans), in its own transaction, so a crash can only lose both;
+-- cwstore.derive_v1 does it on request. The reads fold the nodes after the watermark
+-- (70_read_api.sql, _frontier_at; _kind_counts_at). Closing a
 -- span is an UPDATE that leaves an index entry behind until VACUUM: per node, as this
 -- was before, a graph's current heads were read through an index entry per node it ever
 -- held; per run, the current frontier is a column of the graph's row.
@@ -88,12 +89,12 @@ BEGIN
     'semantic payload must be {type, key, content} with resourceKey semantic:<type>:<key>');
 END $$;
 
--- _derive_node(graph_id, seq, id, kind, parents, resource_key) -> parent seqs: one new
--- node's derived rows, for a statement of a few nodes, called in sequence order. One
--- statement checks its parents (in order: sorted and listed once, existing, earlier),
--- records the edges and counts the node's kind; a keyed node then checks and moves its
--- chain. Returns its parents' sequences, for the frontier's fold.
-CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text, p_kind text,
+-- _derive_node(graph_id, seq, id, parents, resource_key) -> parent seqs: one new node's
+-- derived rows, for a statement of a few nodes, called in sequence order. One statement
+-- checks its parents (in order: sorted and listed once, existing, earlier) and records
+-- the edges; a keyed node then checks and moves its chain. Returns its parents'
+-- sequences, for the frontier's fold.
+CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text,
                                      p_parents text[], p_key text) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -119,13 +120,7 @@ BEGIN
       LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
                           WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
      ORDER BY u.o
-    RETURNING parent_seq),
-  counted AS (
-    INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-    SELECT p_graph_id, p_kind, p_seq,
-           coalesce((SELECT k.n FROM cwstore.kind_counts k
-                      WHERE k.graph_id = p_graph_id AND k.kind = p_kind
-                      ORDER BY k.seq DESC LIMIT 1), 0) + 1)
+    RETURNING parent_seq)
   SELECT array_agg(e.parent_seq) INTO v_parent_seqs FROM e;
 
   IF p_key IS NULL THEN
@@ -198,7 +193,8 @@ BEGIN
 END $$;
 
 -- _derive_spans(graph_id, from, to): the frontier spans of nodes from+1 .. to, the run
--- after the watermark (graphs.derived_length = from), set-wise: the spans still open at
+-- after the watermark (graphs.derived_length = from), and the counts by kind of the
+-- blocks it completes (_count_run), set-wise: the spans still open at
 -- the watermark whose head a folding node of the run took as a parent are closed at the
 -- first such node; each folding node of the run gets its span, closed where a later one
 -- took it as a parent, else open. The caller holds the graph's row and moves the
@@ -229,6 +225,7 @@ BEGIN
     FROM (SELECT r.seq, r.kind, r.parents FROM cwstore.nodes r
            WHERE r.graph_id = p_graph_id AND r.seq > p_from AND r.seq <= p_to
            ORDER BY r.seq) n;
+  PERFORM cwstore._count_run(p_graph_id, p_from, p_to);
   SELECT array_agg(e.child_seq), array_agg(e.parent_seq) INTO e_child, e_parent
     FROM (SELECT r.child_seq, r.parent_seq FROM cwstore.edges r
            WHERE r.graph_id = p_graph_id AND r.child_seq > p_from AND r.child_seq <= p_to
@@ -388,24 +385,86 @@ BEGIN
         version = excluded.version;
 END $$;
 
--- _count_kinds(graph_id, seqs, kinds): a batch's running counts by kind.
-CREATE FUNCTION cwstore._count_kinds(p_graph_id bigint, a_seq bigint[], a_kind text[])
-RETURNS void LANGUAGE plpgsql AS $$
+-- _kind_counts_at(graph_id, s, derived) -> (kind, n, last_seq): for each kind the
+-- graph holds in nodes 1..s, how many and the sequence of the latest, given its
+-- watermark (derived: graphs.derived_length). Every block boundary at or before the
+-- watermark has, for each kind, its latest node before it in kind_counts (the last of
+-- the kind in its block), so the count is the newest row at or before the last such
+-- boundary at or before s, plus the nodes after that boundary: fewer than
+-- count_block() + derive_lag() (a range of nodes_pkey), whatever the graph's size.
+-- Rows by kind in cwstore.node_kinds()' order.
+CREATE FUNCTION cwstore._kind_counts_at(p_graph_id bigint, p_seq bigint, p_derived bigint)
+RETURNS TABLE (kind text, n bigint, last_seq bigint)
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
+  v_base bigint := least(p_seq, p_derived) / cwstore.count_block() * cwstore.count_block();
+  c_kind text[];
+  c_n bigint[];
+  c_seq bigint[];
+  t_kind text[];
+  t_seq bigint[];
+BEGIN
+  SELECT array_agg(k.kind ORDER BY k.o), array_agg(c.n ORDER BY k.o),
+         array_agg(c.seq ORDER BY k.o)
+    INTO c_kind, c_n, c_seq
+    FROM unnest(cwstore.node_kinds()) WITH ORDINALITY AS k(kind, o)
+   CROSS JOIN LATERAL (
+         SELECT r.seq, r.n FROM cwstore.kind_counts r
+          WHERE r.graph_id = p_graph_id AND r.kind = k.kind AND r.seq <= v_base
+          ORDER BY r.seq DESC LIMIT 1) c;
+  -- The nodes after the boundary in nodes_pkey's order (a plan made while the table was
+  -- tiny cannot read the graph's whole range through another index).
+  SELECT array_agg(t.kind ORDER BY t.seq), array_agg(t.seq ORDER BY t.seq)
+    INTO t_kind, t_seq
+    FROM (SELECT r.kind, r.seq FROM cwstore.nodes r
+           WHERE r.graph_id = p_graph_id AND r.seq > v_base AND r.seq <= p_seq
+           ORDER BY r.seq) t;
+  RETURN QUERY
+  SELECT k.kind, coalesce(c.n, 0) + coalesce(t.n, 0), coalesce(t.last_seq, c.seq)
+    FROM unnest(cwstore.node_kinds()) WITH ORDINALITY AS k(kind, o)
+    LEFT JOIN unnest(c_kind, c_n, c_seq) AS c(kind, n, seq) ON c.kind = k.kind
+    LEFT JOIN (SELECT u.kind, count(*) AS n, max(u.seq) AS last_seq
+                 FROM unnest(t_kind, t_seq) AS u(kind, seq) GROUP BY u.kind) t
+      ON t.kind = k.kind
+   WHERE c.n IS NOT NULL OR t.n IS NOT NULL
+   ORDER BY k.o;
+END $$;
+
+-- _count_run(graph_id, from, to): the counts by kind of the blocks of count_block()
+-- sequences that the run of nodes from+1 .. to after the watermark (from) completes:
+-- for each kind, a row for its last node in each such block, with the kind's running
+-- count there. A block is counted once, whole, when the watermark passes its end, so
+-- the rows do not depend on how the nodes were split into runs.
+CREATE FUNCTION cwstore._count_run(p_graph_id bigint, p_from bigint, p_to bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_lo bigint := p_from / cwstore.count_block() * cwstore.count_block();
+  v_hi bigint := p_to / cwstore.count_block() * cwstore.count_block();
+  a_seq bigint[];
+  a_kind text[];
   b_kind text[];
   b_n bigint[];
 BEGIN
-  SELECT array_agg(d.kind), array_agg(
-           coalesce((SELECT k.n FROM cwstore.kind_counts k
-                      WHERE k.graph_id = p_graph_id AND k.kind = d.kind
-                      ORDER BY k.seq DESC LIMIT 1), 0))
-    INTO b_kind, b_n
-    FROM (SELECT DISTINCT u.kind FROM unnest(a_kind) AS u(kind)) d;
+  IF v_hi <= v_lo THEN
+    RETURN;
+  END IF;
+  SELECT array_agg(b.kind), array_agg(b.n) INTO b_kind, b_n
+    FROM cwstore._kind_counts_at(p_graph_id, v_lo, v_lo) b;
+  -- The blocks' nodes in nodes_pkey's order (see _kind_counts_at).
+  SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.kind ORDER BY n.seq)
+    INTO a_seq, a_kind
+    FROM (SELECT r.seq, r.kind FROM cwstore.nodes r
+           WHERE r.graph_id = p_graph_id AND r.seq > v_lo AND r.seq <= v_hi
+           ORDER BY r.seq) n;
   INSERT INTO cwstore.kind_counts (graph_id, kind, seq, n)
-  SELECT p_graph_id, n.kind, n.seq,
-         b.n + row_number() OVER (PARTITION BY n.kind ORDER BY n.seq)
-    FROM unnest(a_seq, a_kind) AS n(seq, kind)
-    JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = n.kind;
+  SELECT p_graph_id, r.kind, r.seq, coalesce(b.n, 0) + r.n
+    FROM (SELECT u.kind, u.seq, row_number() OVER w AS n, lead(u.seq) OVER w AS next_seq
+            FROM unnest(a_seq, a_kind) AS u(seq, kind)
+          WINDOW w AS (PARTITION BY u.kind ORDER BY u.seq)) r
+    LEFT JOIN unnest(b_kind, b_n) AS b(kind, n) ON b.kind = r.kind
+   WHERE r.next_seq IS NULL
+      OR (r.next_seq - 1) / cwstore.count_block() <> (r.seq - 1) / cwstore.count_block();
 END $$;
 
 -- _advance_length(graph_id, lo, hi, count, new, closed) -> lag: gapless: a graph's new
@@ -485,7 +544,7 @@ CREATE TRIGGER graphs_derive_requested AFTER UPDATE OF derived_length ON cwstore
 -- derive, with functions of their own. A statement of up to 3 rows derives node by node
 -- (_derive_node: short index lookups and writes, cheaper than the set-based statements
 -- for so few); a larger one with set-based statements over each graph's batch
--- (_derive_parents, _derive_chains, _count_kinds; with more work_mem: they sort and
+-- (_derive_parents, _derive_chains; with more work_mem: they sort and
 -- hash whole batches; and no JIT: statements over unnest() have no statistics, their
 -- cost estimates run high, and compiling them took longer than running them). Both ways
 -- check the same rules and write the same rows (tests/contract/test_derive_paths.py);
@@ -516,7 +575,6 @@ DECLARE
   v_jit text;
   a_seq bigint[];
   a_id text[];
-  a_kind text[];
   v_new bigint[];
   v_closed bigint[];
   v_parent_seqs bigint[];
@@ -574,8 +632,8 @@ BEGIN
                   FROM new_nodes n WHERE n.graph_id = v_gid ORDER BY n.seq LOOP
         -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
         -- would make every text comparison in _derive_node "C", which the indexes of
-        -- key_heads, key_versions and kind_counts cannot serve (a scan of the graph's rows).
-        v_parent_seqs := cwstore._derive_node(v_gid, nd.seq, nd.id COLLATE "default", nd.kind,
+        -- key_heads and key_versions cannot serve (a scan of the graph's rows).
+        v_parent_seqs := cwstore._derive_node(v_gid, nd.seq, nd.id COLLATE "default",
                                               nd.parents, nd.resource_key COLLATE "default");
         IF NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0)) THEN
           v_new := v_new || nd.seq;
@@ -584,10 +642,9 @@ BEGIN
       END LOOP;
     ELSE
       SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
-             array_agg(n.kind ORDER BY n.seq),
              array_agg(n.seq ORDER BY n.seq)
                FILTER (WHERE NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0)))
-        INTO a_seq, a_id, a_kind, v_new
+        INTO a_seq, a_id, v_new
         FROM new_nodes n WHERE n.graph_id = v_gid;
       -- One row per (child, parent), with the parent before it in the child's list.
       -- (lag(), not an element found by its index: a text[] element is read from the
@@ -611,7 +668,6 @@ BEGIN
           PERFORM cwstore._derive_chains(v_gid, k_key, k_seq, k_id, k_parents);
         END IF;
       END IF;
-      PERFORM cwstore._count_kinds(v_gid, a_seq, a_kind);
     END IF;
     v_lag := cwstore._advance_length(v_gid, v_los[i], v_his[i], v_cnts[i], v_new, v_closed);
     IF v_lag >= cwstore.derive_lag() THEN

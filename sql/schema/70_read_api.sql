@@ -661,9 +661,9 @@ COMMENT ON FUNCTION cwstore.export_v1(text, bigint, timestamptz) IS
 --    "counts": {kind: number of nodes of that kind in 1..s}, kinds that occur only}.
 --   Every part reads one snapshot (the function is STABLE).
 --   Cost: frontier O(log n + h); heads O(log n + k) (O(k) now); counts and the latest
---   goal and answer: one backward descent of kind_counts_pkey per kind (ten), since
---   the newest kind_counts row of a kind at or before s holds both the running count
---   and the seq of that kind's latest node. Nothing else grows with n.
+--   goal and answer: one backward descent of kind_counts_pkey per kind (ten) and a
+--   range of fewer than count_block() + derive_lag() nodes (cwstore._kind_counts_at).
+--   Nothing else grows with n.
 CREATE FUNCTION cwstore.projection_v1(p_graph text, p_seq bigint DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -673,15 +673,14 @@ DECLARE
   v_counts text;
   v_goal bigint;
   v_answer bigint;
+  v_derived bigint;
 BEGIN
-  SELECT coalesce(json_object_agg(k.kind, c.n)::text, '{}'),
-         max(c.seq) FILTER (WHERE k.kind = 'goal'), max(c.seq) FILTER (WHERE k.kind = 'answer')
+  SELECT w.derived_length INTO v_derived FROM cwstore.graphs w WHERE w.graph_id = g.graph_id;
+  SELECT coalesce(json_object_agg(c.kind, c.n)::text, '{}'),
+         max(c.last_seq) FILTER (WHERE c.kind = 'goal'),
+         max(c.last_seq) FILTER (WHERE c.kind = 'answer')
     INTO v_counts, v_goal, v_answer
-    FROM unnest(cwstore.node_kinds()) AS k(kind)
-   CROSS JOIN LATERAL (
-         SELECT kc.seq, kc.n FROM cwstore.kind_counts kc
-          WHERE kc.graph_id = g.graph_id AND kc.kind = k.kind AND kc.seq <= v_len
-          ORDER BY kc.seq DESC LIMIT 1) c;
+    FROM cwstore._kind_counts_at(g.graph_id, v_len, v_derived) c;
   RETURN (
   WITH h AS MATERIALIZED (
     SELECT h.key, h.version, h.seq, n.id, n.kind, n.payload_text,

@@ -14,11 +14,12 @@ cwstore alone.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
 import pytest
-from support.documents import GraphBuilder
+from support.documents import GraphBuilder, generate_session
 
 import cwstore
 
@@ -261,3 +262,75 @@ async def test_the_row_keeps_its_frontier_and_watermark(
         ).fetchone()
     assert before == after
     assert await store.frontier(graph) == cwstore.fold_frontier(nodes[:5])
+
+
+def _counts_reads(conn: psycopg.Connection[Any], graph: str, length: int) -> list[tuple[Any, ...]]:
+    """(counts by kind, latest goal's id, latest answer's id) after every node."""
+    reads = []
+    for s in range(length + 1):
+        row = conn.execute("SELECT cwstore.projection_v1(%s, %s)", (graph, s)).fetchone()
+        assert row is not None
+        p = json.loads(row[0])
+        reads.append(
+            (
+                p["counts"],
+                p["latest_goal"] and p["latest_goal"]["id"],
+                p["latest_answer"] and p["latest_answer"]["id"],
+            )
+        )
+    return reads
+
+
+def _counts_expected(nodes: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    expected = []
+    for s in range(len(nodes) + 1):
+        prefix = nodes[:s]
+        counts: dict[str, int] = {}
+        for n in prefix:
+            counts[n["kind"]] = counts.get(n["kind"], 0) + 1
+        latest = {n["kind"]: n["id"] for n in prefix}
+        expected.append((counts, latest.get("goal"), latest.get("answer")))
+    return expected
+
+
+def _count_rows_expected(nodes: list[dict[str, Any]], watermark: int, block: int) -> set[Any]:
+    """Per kind, its last node in each block of ``block`` sequences that ends at or before
+    the watermark, with its running count."""
+    rows: dict[tuple[str, int], tuple[str, int, int]] = {}
+    running: dict[str, int] = {}
+    for seq, n in enumerate(nodes[: watermark // block * block], start=1):
+        running[n["kind"]] = running.get(n["kind"], 0) + 1
+        rows[(n["kind"], (seq - 1) // block)] = (n["kind"], seq, running[n["kind"]])
+    return set(rows.values())
+
+
+async def test_counts_by_kind_answer_across_the_watermark(
+    store: Any, graph: str, db_dsn: str
+) -> None:
+    """Counts by kind (and the latest goal and answer) as of every sequence, from
+    kind_counts' rows per block behind the watermark and the nodes after it; the rows
+    are exactly one per kind per block the watermark passed, whatever the appends'
+    sizes."""
+    nodes = generate_session(7, 14, keys=4, semantic_keys=4)["nodes"]
+    sizes, i = [1, 5, 2, 40, 1, 1, 3], 0
+    while i < len(nodes):
+        size = sizes[i % len(sizes)]
+        await store.append(graph, nodes[i : i + size])
+        i += size
+    expected = _counts_expected(nodes)
+    assert len(expected[-1][0]) == 10  # every kind
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        block = int(conn.execute("SELECT cwstore.count_block()").fetchone()[0])  # type: ignore[index]
+        assert len(nodes) > 4 * block
+        gid = conn.execute("SELECT cwstore.graph_key(%s)", (graph,)).fetchone()
+        rows = "SELECT kind, seq, n FROM cwstore.kind_counts WHERE graph_id = %s"
+        for derive in (False, True):
+            if derive:
+                conn.execute("SELECT cwstore.derive_v1(%s)", (graph,))
+            length, watermark = _row(conn, graph)
+            assert (watermark < length) is not derive
+            assert set(conn.execute(rows, gid).fetchall()) == _count_rows_expected(
+                nodes, watermark, block
+            )
+            assert _counts_reads(conn, graph, length) == expected
