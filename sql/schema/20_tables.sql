@@ -147,7 +147,7 @@ CREATE INDEX frontier_spans_closed_idx ON cwstore.frontier_spans
   USING gist (cwstore.span_band(graph_id, from_seq, to_seq))
   WHERE to_seq <> cwstore.infinity_seq();
 COMMENT ON TABLE cwstore.frontier_spans IS
-  'Frontier history through the graph''s derived_length: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for heads still open at derived_length. cwstore.frontier_at answers at every s (past the watermark it folds the nodes after it, from the last frontier declared there if any); the current frontier is graphs.frontier_seqs.';
+  'Frontier history through the graph''s derived_length: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for heads still open at derived_length. A node''s own span [s, s + 1) is not stored: node s is the last head at s when it folds and no frontier was declared at s, unless a span stored from s says otherwise. cwstore.frontier_at answers at every s (past the watermark it folds the nodes after it, from the last frontier declared there if any); the current frontier is graphs.frontier_seqs.';
 
 CREATE TABLE cwstore.frontier_declarations (
   declaration_id  bigint GENERATED ALWAYS AS IDENTITY,

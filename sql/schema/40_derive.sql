@@ -192,13 +192,32 @@ BEGIN
   RETURN v_closed;
 END $$;
 
+-- _drop_own_span(graph_id, seq, to): node seq's own span, still open, is about to close
+-- at to: removed instead when it would last that one sequence (to = seq + 1) and no
+-- frontier was declared at seq, as such a span is not stored (_derive_spans). Then
+-- the spans a graph holds do not depend on where its runs were cut.
+CREATE FUNCTION cwstore._drop_own_span(p_graph_id bigint, p_seq bigint, p_to bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_to = p_seq + 1 AND NOT EXISTS (SELECT 1 FROM cwstore.frontier_declarations f
+                                       WHERE f.graph_id = p_graph_id AND f.seq >= p_seq
+                                         AND f.seq <= p_seq) THEN
+    DELETE FROM cwstore.frontier_spans s
+     WHERE s.graph_id = p_graph_id AND s.head_seq = p_seq AND s.from_seq = p_seq
+       AND s.to_seq = cwstore.infinity_seq();
+  END IF;
+END $$;
+
 -- _derive_spans(graph_id, from, to): the frontier spans of nodes from+1 .. to, the run
 -- after the watermark (graphs.derived_length = from), and the counts by kind of the
--- blocks it completes (_count_run), set-wise: the spans still open at
--- the watermark whose head a folding node of the run took as a parent are closed at the
--- first such node; each folding node of the run gets its span, closed where a later one
--- took it as a parent, else open. The caller holds the graph's row and moves the
--- watermark. (Only semantic nodes among those with parents leave the frontier alone.)
+-- blocks it completes (_count_run), set-wise: the spans still open at the watermark
+-- whose head a folding node of the run took as a parent are closed at the first such
+-- node; each folding node of the run gets its span, closed where a later one took it as
+-- a parent, else open; but not a span of one sequence (closed by the next node: a
+-- chain's), which the reads know without it (_spans_at). The caller holds the graph's
+-- row and moves the watermark. (Only semantic nodes among those with parents leave the
+-- frontier alone.)
 -- A frontier declared within the run (the last one at its sequence d) closes every span
 -- open at d, and opens one per declared head at d, in the declared order, closed where a
 -- later folding node takes it as a parent or the next declaration comes.
@@ -243,6 +262,9 @@ BEGIN
            ORDER BY f.seq) d;
 
   IF d_seq IS NULL THEN
+    PERFORM cwstore._drop_own_span(p_graph_id, p_from,
+      (SELECT c.close_seq FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+        WHERE c.parent_seq = p_from));
     -- Only open spans (the partial index), so this join stays small at any size.
     UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
       FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
@@ -252,7 +274,7 @@ BEGIN
     SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
       FROM unnest(a_seq, a_folds) AS n(seq, folds)
       LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
-     WHERE n.folds;
+     WHERE n.folds AND c.close_seq IS DISTINCT FROM n.seq + 1;
     RETURN;
   END IF;
   PERFORM cwstore._derive_declared_spans(p_graph_id, p_from, a_seq, a_folds, a_kind,
@@ -263,7 +285,8 @@ END $$;
 -- declarations): _derive_spans for a run holding declared frontiers (d_seq, ascending):
 -- every span ends at the first of its closing node and the first declaration at or
 -- after its start (a node's own span is empty when a declaration comes at its own
--- sequence, and is not written); each declaration's heads (its last at that sequence)
+-- sequence, and is not written, nor, as in _derive_spans, one of one sequence); each
+-- declaration's heads (its last at that sequence)
 -- open at it. The next declaration is found by width_bucket (a binary search of d_seq:
 -- how many declarations come at or before a sequence).
 CREATE FUNCTION cwstore._derive_declared_spans(p_graph_id bigint, p_from bigint,
@@ -294,6 +317,9 @@ BEGIN
   -- The spans open at the watermark: all end within the run, at the first declaration
   -- if nothing took their head before it.
   v_first := d_seq[1];
+  PERFORM cwstore._drop_own_span(p_graph_id, p_from,
+    least(coalesce((SELECT c.close_seq FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+                     WHERE c.parent_seq = p_from), v_first), v_first));
   UPDATE cwstore.frontier_spans s SET to_seq = least(coalesce(c.close_seq, v_first), v_first)
     FROM (SELECT o.head_seq, c.close_seq
             FROM (SELECT r.head_seq FROM cwstore.frontier_spans r
@@ -306,7 +332,7 @@ BEGIN
 
   INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
   SELECT p_graph_id, x.head_seq, x.from_seq, x.ord, x.to_seq
-    FROM (SELECT n.seq AS head_seq, n.seq AS from_seq, 0 AS ord,
+    FROM (SELECT n.seq AS head_seq, n.seq AS from_seq, 0 AS ord, true AS own,
                  least(coalesce(c.close_seq, cwstore.infinity_seq()),
                        CASE WHEN d_seq[width_bucket(n.seq, d_seq)] = n.seq THEN n.seq
                             ELSE coalesce(d_seq[width_bucket(n.seq, d_seq) + 1],
@@ -315,7 +341,7 @@ BEGIN
             LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
            WHERE n.folds
           UNION ALL
-          SELECT h.head_seq, h.at, h.ord,
+          SELECT h.head_seq, h.at, h.ord, false,
                  least(coalesce(k.close_seq, cwstore.infinity_seq()),
                        coalesce(d_seq[width_bucket(h.at, d_seq) + 1], cwstore.infinity_seq()))
             FROM unnest(h_at, h_seq, h_ord) AS h(at, head_seq, ord)
@@ -327,7 +353,7 @@ BEGIN
                            ON n.seq = e.child_seq AND n.kind <> 'semantic'
                         GROUP BY g.at, g.head_seq) k
               ON k.at = h.at AND k.head_seq = h.head_seq) x
-   WHERE x.from_seq < x.to_seq;
+   WHERE x.from_seq < x.to_seq AND NOT (x.own AND x.to_seq = x.from_seq + 1);
 END $$;
 
 -- _derive_chains(graph_id, keys, seqs, ids, parents): a batch's keyed nodes (in sequence
@@ -752,6 +778,7 @@ BEGIN
   END IF;
   DELETE FROM cwstore.frontier_spans
    WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq() AND from_seq = NEW.seq;
+  PERFORM cwstore._drop_own_span(NEW.graph_id, NEW.seq - 1, NEW.seq);
   UPDATE cwstore.frontier_spans SET to_seq = NEW.seq
    WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq();
   INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)

@@ -101,18 +101,25 @@ COMMENT ON FUNCTION cwstore._at(bigint, bigint) IS
 --   The frontier after node s as the spans hold it: s at most the graph's watermark
 --   (graphs.derived_length). One GiST descent of frontier_spans_closed_idx for the
 --   closed spans containing s, plus the open spans that began at or before s (the
---   partial index frontier_spans_current_idx): O(log n + h).
+--   partial index frontier_spans_current_idx), plus node s itself when it folds and no
+--   frontier was declared at s: its span begins at s, and is not stored when it ends at
+--   s + 1 (_derive_spans). O(log n + h).
 CREATE FUNCTION cwstore._spans_at(p_graph_id bigint, p_seq bigint)
 RETURNS TABLE ("position" integer, seq bigint)
 LANGUAGE plpgsql STABLE ROWS 4 AS $$
+DECLARE
+  v_heads bigint[];
+  v_from bigint[];
+  v_own boolean;
 BEGIN
   -- The box test is the index condition (it implies the graph: boxes of different
   -- graphs are apart); the integer tests after it are exact whatever float8 rounding
   -- the boxes carry. The graph is named all the same: on Citus that sends the query
   -- to the graph's one shard, not to every shard. (plpgsql: Citus plans no SQL
   -- function that reads a distributed table with parameters.)
-  RETURN QUERY
-  SELECT (row_number() OVER (ORDER BY x.from_seq, x.ord))::integer - 1, x.head_seq
+  SELECT array_agg(x.head_seq ORDER BY x.from_seq, x.ord),
+         array_agg(x.from_seq ORDER BY x.from_seq, x.ord)
+    INTO v_heads, v_from
     FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
            WHERE s.graph_id = p_graph_id
              AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
@@ -122,8 +129,24 @@ BEGIN
           UNION ALL
           SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
            WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
-             AND s.from_seq <= p_seq) x
-   ORDER BY x.from_seq, x.ord;
+             AND s.from_seq <= p_seq) x;
+  -- Node s's own span, when no stored span begins at s: the last head, if the node
+  -- folds and no frontier was declared at s (a range of one seq in nodes_pkey's and
+  -- frontier_declarations_seq_idx's order, as elsewhere).
+  IF p_seq >= 1 AND NOT (p_seq = ANY (coalesce(v_from, '{}'))) THEN
+    SELECT NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+      INTO v_own
+      FROM cwstore.nodes n
+     WHERE n.graph_id = p_graph_id AND n.seq >= p_seq AND n.seq <= p_seq
+     ORDER BY n.seq LIMIT 1;
+    IF v_own AND NOT EXISTS (SELECT 1 FROM cwstore.frontier_declarations f
+                              WHERE f.graph_id = p_graph_id AND f.seq >= p_seq
+                                AND f.seq <= p_seq) THEN
+      v_heads := coalesce(v_heads, '{}') || p_seq;
+    END IF;
+  END IF;
+  RETURN QUERY
+  SELECT u.o::integer - 1, u.h FROM unnest(v_heads) WITH ORDINALITY AS u(h, o) ORDER BY u.o;
 END $$;
 COMMENT ON FUNCTION cwstore._spans_at(bigint, bigint) IS
   'Private: frontier (position, seq) of a graph_id after node s as frontier_spans hold it (s at most the watermark).';

@@ -65,6 +65,8 @@ async def test_node_by_node_and_set_based_derive_the_same_rows(
 
     expected = _derived(db_dsn, imported)
     assert all(expected.values()), expected  # the session exercises every table
-    assert len(expected["frontier_spans"]) > len(nodes) // 2
+    # Spans of more than one sequence (branches, semantic nodes, system notes): a
+    # chain's own spans of one sequence are not stored.
+    assert len(nodes) // 8 < len(expected["frontier_spans"]) < len(nodes) // 2
     for name in graphs:
         assert _derived(db_dsn, name) == expected, name

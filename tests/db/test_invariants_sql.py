@@ -512,7 +512,10 @@ def test_valid_raw_inserts_maintain_the_derived_tables(conn: Conn) -> None:
     assert rows(
         "SELECT head_seq, from_seq, to_seq FROM cwstore.frontier_spans"
         " WHERE graph_id = %s ORDER BY 1, 2"
-    ) == [(2, 2, 3), (3, 3, 4), (4, 4, INF)]
+    ) == [(4, 4, INF)]  # a chain's spans of one sequence, (2, 2, 3) and (3, 3, 4), unstored
+    assert [
+        rows(f"SELECT seq FROM cwstore._frontier_at(%s, {s}) ORDER BY position") for s in range(5)
+    ] == [[], [], [(2,)], [(3,)], [(4,)]]
     assert rows(
         "SELECT key, version, node_seq, to_seq FROM cwstore.key_versions"
         " WHERE graph_id = %s ORDER BY version"

@@ -513,9 +513,8 @@ def test_graph_keys_migration_rewrites_the_ids_of_graphs_with_history(empty_db_d
             for t in tables
         }
         projection = conn.execute("SELECT cwstore.projection_v1('a')").fetchone()
-        assert apply_migrations_sync(PsycopgConnection(conn)) == [
-            m.version for m in files if m.version > 1
-        ]
+        # 0002 alone: 0003 thins the rows of history (tests/migration checks those).
+        assert apply_migrations_sync(PsycopgConnection(conn), files[:2]) == [2]
         assert conn.execute(
             "SELECT count(*) FROM cwstore.graphs WHERE graph_id <> cwstore.graph_key(name)"
         ).fetchone() == (0,)

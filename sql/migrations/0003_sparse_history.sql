@@ -1,14 +1,21 @@
--- 0003_sparse_kind_counts: counts by kind behind the watermark, a row per kind per
--- block of sequences instead of one per node.
+-- 0003_sparse_history: fewer rows of history per node. Counts by kind behind the
+-- watermark, a row per kind per block of sequences instead of one per node; no stored
+-- frontier span for a node that is a head for one sequence only (a chain's nodes).
 --
 -- kind_counts held a row for every node (about 160 bytes a node with its index),
 -- written by the append's statement. Now the derive of a run (with the frontier's
 -- history, every derive_lag() nodes) writes, for each block of count_block() sequences
 -- the watermark passes, a row per kind for its last node in the block; a count as of s
 -- reads the newest row at or before the last block boundary at or before s and the
--- watermark, and counts the nodes after it (cwstore._kind_counts_at). The truth about
--- the schema is sql/schema/; the definitions below are copies of it, and
--- tests/migration proves a database migrated here equal to one made from schema/.
+-- watermark, and counts the nodes after it (cwstore._kind_counts_at).
+--
+-- frontier_spans held a span per folding node, [s, s + 1) for each node of a chain
+-- (a row and two index entries, one of them GiST). Such a span is no longer stored:
+-- _spans_at adds node s as the last head at s when it folds and no frontier was
+-- declared at s, unless a span stored from s says otherwise.
+--
+-- The truth about the schema is sql/schema/; the definitions below are copies of it,
+-- and tests/migration proves a database migrated here equal to one made from schema/.
 --
 -- Safe with live writers: no (it replaces the nodes trigger's function): stop the
 -- writers first. On Citus, `cwstore init --citus` runs it and applies sql/citus.sql
@@ -146,6 +153,19 @@ BEGIN
   RETURN v_parent_seqs;
 END $$;
 
+CREATE FUNCTION cwstore._drop_own_span(p_graph_id bigint, p_seq bigint, p_to bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_to = p_seq + 1 AND NOT EXISTS (SELECT 1 FROM cwstore.frontier_declarations f
+                                       WHERE f.graph_id = p_graph_id AND f.seq >= p_seq
+                                         AND f.seq <= p_seq) THEN
+    DELETE FROM cwstore.frontier_spans s
+     WHERE s.graph_id = p_graph_id AND s.head_seq = p_seq AND s.from_seq = p_seq
+       AND s.to_seq = cwstore.infinity_seq();
+  END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION cwstore._derive_spans(p_graph_id bigint, p_from bigint, p_to bigint)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -187,6 +207,9 @@ BEGIN
            ORDER BY f.seq) d;
 
   IF d_seq IS NULL THEN
+    PERFORM cwstore._drop_own_span(p_graph_id, p_from,
+      (SELECT c.close_seq FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+        WHERE c.parent_seq = p_from));
     -- Only open spans (the partial index), so this join stays small at any size.
     UPDATE cwstore.frontier_spans s SET to_seq = c.close_seq
       FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
@@ -196,11 +219,78 @@ BEGIN
     SELECT p_graph_id, n.seq, n.seq, 0, coalesce(c.close_seq, cwstore.infinity_seq())
       FROM unnest(a_seq, a_folds) AS n(seq, folds)
       LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
-     WHERE n.folds;
+     WHERE n.folds AND c.close_seq IS DISTINCT FROM n.seq + 1;
     RETURN;
   END IF;
   PERFORM cwstore._derive_declared_spans(p_graph_id, p_from, a_seq, a_folds, a_kind,
                                          e_child, e_parent, c_parent, c_at, d_seq);
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._derive_declared_spans(p_graph_id bigint, p_from bigint,
+                                               a_seq bigint[], a_folds boolean[],
+                                               a_kind text[], e_child bigint[],
+                                               e_parent bigint[], c_parent bigint[],
+                                               c_at bigint[], d_seq bigint[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  h_at bigint[];
+  h_seq bigint[];
+  h_ord integer[];
+  v_first bigint;
+BEGIN
+  -- Each declaration's heads, by sequence (found when it was declared), in its order.
+  SELECT array_agg(d.seq ORDER BY d.seq, u.o), array_agg(n.seq ORDER BY d.seq, u.o),
+         array_agg(u.o::integer - 1 ORDER BY d.seq, u.o)
+    INTO h_at, h_seq, h_ord
+    FROM unnest(d_seq) AS d(seq)
+    CROSS JOIN LATERAL (SELECT f.heads FROM cwstore.frontier_declarations f
+                         WHERE f.graph_id = p_graph_id AND f.seq >= d.seq AND f.seq <= d.seq
+                         ORDER BY f.seq DESC, f.declaration_id DESC LIMIT 1) f
+    CROSS JOIN LATERAL unnest(f.heads) WITH ORDINALITY AS u(h, o)
+    JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                   WHERE n.graph_id = p_graph_id AND n.id = u.h LIMIT 1) n ON true;
+
+  -- The spans open at the watermark: all end within the run, at the first declaration
+  -- if nothing took their head before it.
+  v_first := d_seq[1];
+  PERFORM cwstore._drop_own_span(p_graph_id, p_from,
+    least(coalesce((SELECT c.close_seq FROM unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+                     WHERE c.parent_seq = p_from), v_first), v_first));
+  UPDATE cwstore.frontier_spans s SET to_seq = least(coalesce(c.close_seq, v_first), v_first)
+    FROM (SELECT o.head_seq, c.close_seq
+            FROM (SELECT r.head_seq FROM cwstore.frontier_spans r
+                   WHERE r.graph_id = p_graph_id AND r.to_seq = cwstore.infinity_seq()
+                     AND r.from_seq <= p_from) o
+            LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq)
+              ON c.parent_seq = o.head_seq) c
+   WHERE s.graph_id = p_graph_id AND s.head_seq = c.head_seq
+     AND s.to_seq = cwstore.infinity_seq();
+
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord, to_seq)
+  SELECT p_graph_id, x.head_seq, x.from_seq, x.ord, x.to_seq
+    FROM (SELECT n.seq AS head_seq, n.seq AS from_seq, 0 AS ord, true AS own,
+                 least(coalesce(c.close_seq, cwstore.infinity_seq()),
+                       CASE WHEN d_seq[width_bucket(n.seq, d_seq)] = n.seq THEN n.seq
+                            ELSE coalesce(d_seq[width_bucket(n.seq, d_seq) + 1],
+                                          cwstore.infinity_seq()) END) AS to_seq
+            FROM unnest(a_seq, a_folds) AS n(seq, folds)
+            LEFT JOIN unnest(c_parent, c_at) AS c(parent_seq, close_seq) ON c.parent_seq = n.seq
+           WHERE n.folds
+          UNION ALL
+          SELECT h.head_seq, h.at, h.ord, false,
+                 least(coalesce(k.close_seq, cwstore.infinity_seq()),
+                       coalesce(d_seq[width_bucket(h.at, d_seq) + 1], cwstore.infinity_seq()))
+            FROM unnest(h_at, h_seq, h_ord) AS h(at, head_seq, ord)
+            LEFT JOIN (SELECT g.at, g.head_seq, min(e.child_seq) AS close_seq
+                         FROM unnest(h_at, h_seq) AS g(at, head_seq)
+                         JOIN unnest(e_child, e_parent) AS e(child_seq, parent_seq)
+                           ON e.parent_seq = g.head_seq AND e.child_seq > g.at
+                         JOIN unnest(a_seq, a_kind) AS n(seq, kind)
+                           ON n.seq = e.child_seq AND n.kind <> 'semantic'
+                        GROUP BY g.at, g.head_seq) k
+              ON k.at = h.at AND k.head_seq = h.head_seq) x
+   WHERE x.from_seq < x.to_seq AND NOT (x.own AND x.to_seq = x.from_seq + 1);
 END $$;
 
 CREATE OR REPLACE FUNCTION cwstore._nodes_inserted() RETURNS trigger
@@ -325,6 +415,120 @@ BEGIN
 END
 $body$;
 
+CREATE OR REPLACE FUNCTION cwstore._frontier_declared() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  g_length bigint;
+  g_derived bigint;
+  g_name text;
+  g_frontier bigint[];
+  current_heads text[];
+  missing text;
+  seqs bigint[];
+BEGIN
+  SELECT length, name, frontier_seqs, derived_length INTO g_length, g_name, g_frontier, g_derived
+    FROM cwstore.graphs WHERE graph_id = NEW.graph_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'CW404',
+      MESSAGE = format('graph id %s does not exist', NEW.graph_id),
+      DETAIL = jsonb_build_object('graph_id', NEW.graph_id)::text;
+  END IF;
+  IF NEW.seq <> g_length THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      format('a frontier is declared at the graph''s length %s, not at %s', g_length, NEW.seq));
+  END IF;
+  IF array_position(NEW.heads, NULL) IS NOT NULL
+     OR cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+      'frontier lists an id twice (or null)');
+  END IF;
+
+  SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)
+    INTO seqs, missing
+    FROM unnest(NEW.heads) WITH ORDINALITY AS u(h, ord)
+    LEFT JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                        WHERE n.graph_id = NEW.graph_id AND n.id = u.h LIMIT 1) n ON true;
+  IF missing IS NOT NULL THEN
+    PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, missing, '$.frontier',
+      format('frontier references missing node %s', missing));
+  END IF;
+
+  -- Each head by a range of one seq in nodes_pkey's order: with seq = u.s the order
+  -- would say nothing, and a plan made while the table was tiny could take nodes_id_key
+  -- and read the graph's whole range.
+  SELECT array_agg(n.id ORDER BY u.o) INTO current_heads
+    FROM unnest(g_frontier) WITH ORDINALITY AS u(s, o)
+    JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                   WHERE n.graph_id = NEW.graph_id AND n.seq >= u.s AND n.seq <= u.s
+                   ORDER BY n.seq LIMIT 1) n ON true;
+  IF coalesce(current_heads, '{}') = NEW.heads THEN
+    RETURN NULL;
+  END IF;
+
+  UPDATE cwstore.graphs g SET frontier_seqs = coalesce(seqs, '{}') WHERE g.graph_id = NEW.graph_id;
+  -- The spans: when their history is behind the declaration, the run that passes it
+  -- applies it (_derive_spans); else they are rewritten at the graph's length now.
+  IF g_derived < g_length THEN
+    RETURN NULL;
+  END IF;
+  DELETE FROM cwstore.frontier_spans
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq() AND from_seq = NEW.seq;
+  PERFORM cwstore._drop_own_span(NEW.graph_id, NEW.seq - 1, NEW.seq);
+  UPDATE cwstore.frontier_spans SET to_seq = NEW.seq
+   WHERE graph_id = NEW.graph_id AND to_seq = cwstore.infinity_seq();
+  INSERT INTO cwstore.frontier_spans (graph_id, head_seq, from_seq, ord)
+  SELECT NEW.graph_id, s, NEW.seq, o::integer - 1
+    FROM unnest(seqs) WITH ORDINALITY AS u(s, o);
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION cwstore._spans_at(p_graph_id bigint, p_seq bigint)
+RETURNS TABLE ("position" integer, seq bigint)
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+DECLARE
+  v_heads bigint[];
+  v_from bigint[];
+  v_own boolean;
+BEGIN
+  -- The box test is the index condition (it implies the graph: boxes of different
+  -- graphs are apart); the integer tests after it are exact whatever float8 rounding
+  -- the boxes carry. The graph is named all the same: on Citus that sends the query
+  -- to the graph's one shard, not to every shard. (plpgsql: Citus plans no SQL
+  -- function that reads a distributed table with parameters.)
+  SELECT array_agg(x.head_seq ORDER BY x.from_seq, x.ord),
+         array_agg(x.from_seq ORDER BY x.from_seq, x.ord)
+    INTO v_heads, v_from
+    FROM (SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+           WHERE s.graph_id = p_graph_id
+             AND cwstore.span_band(s.graph_id, s.from_seq, s.to_seq)
+                 @> cwstore.at_box(p_graph_id, p_seq)
+             AND s.to_seq <> cwstore.infinity_seq()
+             AND s.from_seq <= p_seq AND p_seq < s.to_seq
+          UNION ALL
+          SELECT s.head_seq, s.from_seq, s.ord FROM cwstore.frontier_spans s
+           WHERE s.graph_id = p_graph_id AND s.to_seq = cwstore.infinity_seq()
+             AND s.from_seq <= p_seq) x;
+  -- Node s's own span, when no stored span begins at s: the last head, if the node
+  -- folds and no frontier was declared at s (a range of one seq in nodes_pkey's and
+  -- frontier_declarations_seq_idx's order, as elsewhere).
+  IF p_seq >= 1 AND NOT (p_seq = ANY (coalesce(v_from, '{}'))) THEN
+    SELECT NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0))
+      INTO v_own
+      FROM cwstore.nodes n
+     WHERE n.graph_id = p_graph_id AND n.seq >= p_seq AND n.seq <= p_seq
+     ORDER BY n.seq LIMIT 1;
+    IF v_own AND NOT EXISTS (SELECT 1 FROM cwstore.frontier_declarations f
+                              WHERE f.graph_id = p_graph_id AND f.seq >= p_seq
+                                AND f.seq <= p_seq) THEN
+      v_heads := coalesce(v_heads, '{}') || p_seq;
+    END IF;
+  END IF;
+  RETURN QUERY
+  SELECT u.o::integer - 1, u.h FROM unnest(v_heads) WITH ORDINALITY AS u(h, o) ORDER BY u.o;
+END $$;
+COMMENT ON FUNCTION cwstore._spans_at(bigint, bigint) IS
+  'Private: frontier (position, seq) of a graph_id after node s as frontier_spans hold it (s at most the watermark).';
+
 CREATE OR REPLACE FUNCTION cwstore.projection_v1(p_graph text, p_seq bigint DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -382,12 +586,15 @@ COMMENT ON FUNCTION cwstore.projection_v1(text, bigint) IS
 
 COMMENT ON TABLE cwstore.graphs IS
   'One row per agent graph: its name, semantic vocabulary (NULL = dynamic) and length (nodes stored). graph_id is cwstore.graph_key(name, key_probe), key_probe 0 unless another name held that key; incarnation tells this life of the graph from a later one of the same name. written_at is when the last write''s last statement moved its length (clock_timestamp(); its creation before any): retention measures idleness from it. retention_group, set at creation from the setting cwstore.retention_group, makes graphs one unit for retention (idle and erased together). frontier_seqs is the current frontier (its heads'' sequences, in order), kept by every write. derived_length is the watermark of frontier_spans and kind_counts, which hold the frontier''s history and the counts by kind through node derived_length; reads as of a later node fold the nodes after it (fewer than cwstore.derive_lag()). The row is the per-graph lock of the append path.';
+COMMENT ON TABLE cwstore.frontier_spans IS
+  'Frontier history through the graph''s derived_length: node head_seq is a head for sequences from_seq <= s < to_seq. Heads are listed by (from_seq, ord). to_seq = infinity_seq() for heads still open at derived_length. A node''s own span [s, s + 1) is not stored: node s is the last head at s when it folds and no frontier was declared at s, unless a span stored from s says otherwise. cwstore.frontier_at answers at every s (past the watermark it folds the nodes after it, from the last frontier declared there if any); the current frontier is graphs.frontier_seqs.';
 COMMENT ON TABLE cwstore.kind_counts IS
   'Running counts by kind, behind the watermark (graphs.derived_length): a row for the last node of its kind in each block of cwstore.count_block() sequences that ends at or before the watermark; n is how many nodes of its kind the graph holds up to and including seq. Counts by kind at any sequence, and the latest node of a kind, are an index lookup here plus at most a block and the watermark''s lag of nodes (cwstore._kind_counts_at).';
 
--- The rows the new layout does not keep: those of a block the watermark has not passed
--- (the run that passes it writes them), and all but the last of a kind in each block.
--- Every row kept is a true running count.
+-- The rows the new layout does not keep. Of kind_counts: those of a block the
+-- watermark has not passed (the run that passes it writes them), and all but the last
+-- of a kind in each block; every row kept is a true running count. Of frontier_spans:
+-- a node's own span of one sequence, where no frontier was declared at it.
 ALTER TABLE cwstore.kind_counts DISABLE TRIGGER kind_counts_derived;
 DELETE FROM cwstore.kind_counts k
  USING (SELECT c.graph_id, c.kind, c.seq
@@ -399,3 +606,10 @@ DELETE FROM cwstore.kind_counts k
             OR (c.next_seq - 1) / cwstore.count_block() = (c.seq - 1) / cwstore.count_block()) d
  WHERE k.graph_id = d.graph_id AND k.kind = d.kind AND k.seq = d.seq;
 ALTER TABLE cwstore.kind_counts ENABLE TRIGGER kind_counts_derived;
+
+ALTER TABLE cwstore.frontier_spans DISABLE TRIGGER frontier_spans_derived;
+DELETE FROM cwstore.frontier_spans s
+ WHERE s.head_seq = s.from_seq AND s.to_seq = s.from_seq + 1
+   AND NOT EXISTS (SELECT 1 FROM cwstore.frontier_declarations f
+                    WHERE f.graph_id = s.graph_id AND f.seq = s.from_seq);
+ALTER TABLE cwstore.frontier_spans ENABLE TRIGGER frontier_spans_derived;
