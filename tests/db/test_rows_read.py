@@ -145,13 +145,24 @@ _SPANS_READ = (
 )
 
 
+def _two_chains(n: int, tag: str) -> dict[str, Any]:
+    """Two chains of ``n`` nodes each, interleaved: every node is a head for two
+    sequences, so each has a stored frontier span (a chain's last one sequence)."""
+    a, b = chain(n, tag=f"{tag}-a", sequence=False), chain(n, tag=f"{tag}-b", sequence=False)
+    nodes = [
+        {**node, "sequence": seq}
+        for seq, node in enumerate((x for pair in zip(a, b, strict=True) for x in pair), start=1)
+    ]
+    return {"version": 1, "nodes": nodes, "frontier": [a[-1]["id"], b[-1]["id"]]}
+
+
 def test_erasing_a_graph_reads_its_own_frontier_spans(new_db: str) -> None:
     # The session's plans made on a near-empty table, then many graphs' spans.
     with psycopg.connect(new_db, autocommit=True) as conn:
         with cwstore.connect_sync(new_db) as store:
             store.import_state("spans-first", document(chain(2, tag="spans-first")))
             conn.execute("SELECT cwstore.erase_graph_v1('spans-first')")
-            store.import_state("spans-long", document(chain(LONG, tag="spans-long")))
+            store.import_state("spans-long", _two_chains(LONG, "spans-long"))
             store.import_state("spans-victim", document(chain(3, tag="spans-victim")))
         conn.execute("SELECT cwstore.derive_v1('spans-victim')")  # its spans, to erase
         graph_id = conn.execute(
