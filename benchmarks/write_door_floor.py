@@ -20,6 +20,13 @@ each a single statement on copies of cwstore's own tables:
 6. **append_v1**: the door as it is: the graph's tenant and life, the checks, the lock,
    the node, the nodes trigger (edges, frontier, length, the history's watermark), the
    returned rows.
+7. **one statement (prototype)**: a sketch of the next design, in a database of its own
+   whose nodes, edges and graphs triggers are off: the graph's tenant and life
+   (``_writer_life``) and the batch's checks (``_batch_fields``) as ``append_v1`` reads
+   them, then one statement that locks and moves the graph's row (length, frontier,
+   time), writes the node and its edge, and returns the rows. It handles only what this
+   benchmark sends (one node without a resource key, no expected length, no declared
+   frontier, no retry) and is no door: it prices the design, nothing more.
 
 Each row runs on a connection of its own, one call at a time, autocommit (a commit per
 append), with generic plans (as the door's statements run); every node is the child of
@@ -27,7 +34,7 @@ the one before it, with row 8's payload. The measure is the backend's time on CP
 (``/proc/<pid>/schedstat``, so the server must run on this machine) per call, over
 ``--calls`` calls after a warm-up, in ``--rounds`` rounds that rotate the rows' order;
 reported is each row's median and range over the rounds, and the ratio of medians to
-the baseline. The scratch database is dropped at the end.
+the baseline. The scratch databases are dropped at the end.
 
     python benchmarks/write_door_floor.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -106,6 +113,59 @@ BATCH_CHECKS = WITH_EDGE.format(
 )
 APPEND = "SELECT seq FROM cwstore.append_v1($1, $2::json)"
 
+PROTOTYPE_SETUP = """
+ALTER TABLE cwstore.nodes DISABLE TRIGGER nodes_inserted;
+ALTER TABLE cwstore.graphs DISABLE TRIGGER graphs_guard;
+ALTER TABLE cwstore.edges DISABLE TRIGGER edges_derived;
+CREATE FUNCTION one_statement_append(p_graph text, p_nodes json)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz,
+               incarnation bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off AS $$
+DECLARE
+  v_life record;
+  v_ids text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_kinds text[];
+  v_par text[];
+  v_now timestamptz := now();
+BEGIN
+  v_life := cwstore._writer_life(p_graph, true, NULL);
+  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created
+    FROM cwstore._batch_fields(p_nodes) f;
+  v_par := ARRAY(SELECT json_array_elements_text(v_parents[1]::json));
+  RETURN QUERY
+  WITH p AS (SELECT u.o, m.seq FROM unnest(v_par) WITH ORDINALITY AS u(pid, o)
+               LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                                   WHERE m.graph_id = v_life.life_id AND m.id = u.pid
+                                   LIMIT 1) m ON true),
+       g AS (UPDATE cwstore.graphs g
+                SET length = g.length + 1, written_at = clock_timestamp(),
+                    frontier_seqs = cwstore._fold_frontier(g.frontier_seqs, ARRAY[g.length + 1],
+                                                           (SELECT array_agg(p.seq) FROM p))
+              WHERE g.graph_id = v_life.life_id AND g.incarnation = v_life.life_incarnation
+             RETURNING g.length),
+       n AS (INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
+                                        created_at_text, recorded_at, xid)
+             SELECT v_life.life_id, g.length, v_ids[1], v_kinds[1], v_par, v_payloads[1],
+                    v_created[1], v_now,
+                    greatest(pg_current_xact_id()::text::bigint,
+                             (SELECT l.xid FROM cwstore.nodes l
+                               WHERE l.graph_id = v_life.life_id AND l.seq < g.length
+                               ORDER BY l.seq DESC LIMIT 1))
+               FROM g),
+       e AS (INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+             SELECT v_life.life_id, g.length, p.o - 1, p.seq FROM g, p)
+  SELECT g.length, v_ids[1], v_created[1], v_now, v_life.life_incarnation FROM g;
+END $$;
+"""
+PROTOTYPE = "SELECT seq FROM one_statement_append($1, $2::json)"
+
 
 @dataclass
 class Row:
@@ -115,6 +175,7 @@ class Row:
     statement: str
     args: Callable[[Row, int], tuple[Any, ...]]
     key: Any
+    database: str = "main"
     ids: list[str] = field(default_factory=list)
     samples: list[float] = field(default_factory=list)
 
@@ -160,7 +221,8 @@ def rows() -> list[Row]:
         Row("+ edge, frontier", EDGE, _floor_args, 2),
         Row("+ node checks", NODE_CHECKS, _floor_args, 3),
         Row("+ batch checks", BATCH_CHECKS, _batch_args, 4),
-        Row("append_v1", APPEND, _append_args, f"floor-{uuid.uuid4().hex[:8]}"),
+        Row("append_v1", APPEND, _append_args, "floor"),
+        Row("one statement (prototype)", PROTOTYPE, _append_args, "floor", "prototype"),
     ]
 
 
@@ -178,25 +240,33 @@ async def _measure(conn: asyncpg.Connection, row: Row, start: int, calls: int) -
     return (_cpu_ns(pid) - before) / calls / 1000
 
 
-async def _setup(dsn: str) -> None:
-    store = await cwstore.connect(dsn, min_size=1, max_size=1, migrate_schema=True)
-    await store.close()
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(BASE_SETUP + FLOOR_SETUP)
-        await conn.execute("INSERT INTO counter VALUES ('floor', 0)")
-        await conn.execute(
-            "INSERT INTO floor_graphs SELECT g, 0, NULL, '{}' FROM generate_series(1, 4) g"
-        )
-    finally:
-        await conn.close()
+async def _setup(dsns: dict[str, str]) -> None:
+    """The main database: cwstore's schema, the baseline's and the floor's tables; the
+    prototype's: cwstore's schema, three of its triggers off, the prototype."""
+    setup = {
+        "main": BASE_SETUP
+        + FLOOR_SETUP
+        + "INSERT INTO counter VALUES ('floor', 0);"
+        + "INSERT INTO floor_graphs SELECT g, 0, NULL, '{}' FROM generate_series(1, 4) g;",
+        "prototype": PROTOTYPE_SETUP,
+    }
+    for name, dsn in dsns.items():
+        store = await cwstore.connect(dsn, min_size=1, max_size=1, migrate_schema=True)
+        await store.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(setup[name])
+        finally:
+            await conn.close()
 
 
-async def run(dsn: str, rounds: int, calls: int, warmup: int) -> list[Row]:
+async def run(dsns: dict[str, str], rounds: int, calls: int, warmup: int) -> list[Row]:
     measured = rows()
     conns = [
-        await asyncpg.connect(dsn, server_settings={"plan_cache_mode": "force_generic_plan"})
-        for _ in measured
+        await asyncpg.connect(
+            dsns[row.database], server_settings={"plan_cache_mode": "force_generic_plan"}
+        )
+        for row in measured
     ]
     try:
         for conn, row in zip(conns, measured, strict=True):
@@ -214,38 +284,42 @@ async def run(dsn: str, rounds: int, calls: int, warmup: int) -> list[Row]:
     return measured
 
 
-async def _verify(dsn: str, appended: int) -> None:
-    """Every row appended every node it was given (a check that refused them all would
-    cost less and measure nothing), each after the one before."""
+async def _fetch(dsn: str, query: str) -> list[tuple[Any, ...]]:
     conn = await asyncpg.connect(dsn)
     try:
-        counts = {
-            "baseline": await conn.fetchval("SELECT count(*) FROM items"),
-            "floor nodes": await conn.fetch(
-                "SELECT graph_id, count(*) AS n, max(seq) AS last FROM floor_nodes GROUP BY 1"
-            ),
-            "floor edges": await conn.fetch(
-                "SELECT graph_id, count(*) AS n FROM floor_edges GROUP BY 1 ORDER BY 1"
-            ),
-            "append_v1": await conn.fetchval("SELECT count(*) FROM cwstore.nodes"),
-        }
+        return [tuple(r) for r in await conn.fetch(query)]
     finally:
         await conn.close()
-    nodes = {r["graph_id"]: (r["n"], r["last"]) for r in counts["floor nodes"]}
-    edges = {r["graph_id"]: r["n"] for r in counts["floor edges"]}
-    expected = {
-        "baseline": appended,
-        "floor nodes": {g: (appended, appended) for g in (1, 2, 3, 4)},
-        "floor edges": {g: appended - 1 for g in (2, 3, 4)},
-        "append_v1": appended,
-    }
-    found = {
-        "baseline": counts["baseline"],
-        "floor nodes": nodes,
-        "floor edges": edges,
-        "append_v1": counts["append_v1"],
-    }
-    if found != expected:
+
+
+async def _verify(dsns: dict[str, str], appended: int) -> None:
+    """Every row appended every node it was given, each the child of the one before (a
+    check that refused them all would cost less and measure nothing)."""
+    main, prototype = dsns["main"], dsns["prototype"]
+    found = [
+        await _fetch(main, "SELECT count(*), max(seq) FROM items"),
+        await _fetch(main, "SELECT graph_id, count(*), max(seq) FROM floor_nodes GROUP BY 1"),
+        await _fetch(main, "SELECT graph_id, count(*) FROM floor_edges GROUP BY 1"),
+        await _fetch(main, "SELECT length, frontier_seqs FROM floor_graphs WHERE graph_id > 1"),
+        await _fetch(main, "SELECT count(*), max(seq) FROM cwstore.nodes"),
+        await _fetch(main, "SELECT count(*) FROM cwstore.edges"),
+        await _fetch(prototype, "SELECT count(*), max(seq) FROM cwstore.nodes"),
+        await _fetch(prototype, "SELECT count(*) FROM cwstore.edges"),
+        await _fetch(prototype, "SELECT length, frontier_seqs FROM cwstore.graphs"),
+    ]
+    n = appended
+    expected: list[list[tuple[Any, ...]]] = [
+        [(n, n)],
+        [(g, n, n) for g in (1, 2, 3, 4)],
+        [(g, n - 1) for g in (2, 3, 4)],
+        [(n, [n])] * 3,
+        [(n, n)],
+        [(n - 1,)],
+        [(n, n)],
+        [(n - 1,)],
+        [(n, [n])],
+    ]
+    if [sorted(f) for f in found] != [sorted(e) for e in expected]:
         raise SystemExit(f"the rows did not all append: {found} != {expected}")
 
 
@@ -273,17 +347,20 @@ async def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
-    database = f"floor_{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:8]
+    databases = {"main": f"floor_{tag}", "prototype": f"floor_{tag}_prototype"}
     admin = await asyncpg.connect(args.dsn)
-    await admin.execute(f'CREATE DATABASE "{database}"')
     try:
         server = str(await admin.fetchval("SHOW server_version"))
-        scratch = with_database(args.dsn, database)
-        await _setup(scratch)
-        measured = await run(scratch, args.rounds, args.calls, args.warmup)
-        await _verify(scratch, args.warmup + args.rounds * args.calls)
+        for database in databases.values():
+            await admin.execute(f'CREATE DATABASE "{database}"')
+        dsns = {k: with_database(args.dsn, v) for k, v in databases.items()}
+        await _setup(dsns)
+        measured = await run(dsns, args.rounds, args.calls, args.warmup)
+        await _verify(dsns, args.warmup + args.rounds * args.calls)
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        for database in databases.values():
+            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         await admin.close()
     header = run_header(
         "One append's server CPU beside its tables' floor",
