@@ -38,12 +38,7 @@ CREATE TABLE cwstore.graphs (
   frontier_seqs bigint[] NOT NULL DEFAULT '{}',
   derived_length bigint NOT NULL DEFAULT 0,
   CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
-  CONSTRAINT graphs_length_check CHECK (length >= 0),
-  CONSTRAINT graphs_vocabulary_check CHECK (
-    vocabulary IS NULL OR (cardinality(vocabulary) BETWEEN 1 AND 32
-                           AND array_position(vocabulary, NULL) IS NULL)),
-  CONSTRAINT graphs_retention_group_check CHECK (
-    retention_group <> '' AND octet_length(retention_group) <= 2000)
+  CONSTRAINT graphs_length_check CHECK (length >= 0)
 );
 -- The graphs of a retention group (cwstore._idle, erase_idle_v1): a group is looked up
 -- within its tenant.

@@ -119,16 +119,53 @@ END $$;
 
 
 -- graphs: a DELETE is checked unless an erasure sends it; an UPDATE only when a client
--- sends it or when it touches what nobody may change (the nodes trigger moves length,
--- the frontier and the watermark, nothing else; a client may move the watermark to the
--- length, which derives the history up to there: cwstore.derive_v1).
+-- sends it (graphs_guard) or when it sets what nobody may change (graphs_guard_identity:
+-- the nodes trigger moves length, the frontier and the watermark, nothing else; a client
+-- may move the watermark to the length, which derives the history up to there:
+-- cwstore.derive_v1). Two triggers, the second on those columns: a trigger's WHEN
+-- condition is prepared again in every statement that updates a row, a trigger on
+-- columns is passed over without it when the statement sets none of them, and every
+-- append updates its graph's row.
 CREATE TRIGGER graphs_guard_delete BEFORE DELETE ON cwstore.graphs
   FOR EACH ROW WHEN (pg_trigger_depth() < 1) EXECUTE FUNCTION cwstore._graphs_guard();
 CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
-  FOR EACH ROW WHEN (pg_trigger_depth() < 1 OR NEW.graph_id <> OLD.graph_id
-                     OR NEW.incarnation <> OLD.incarnation
-                     OR NEW.name <> OLD.name OR NEW.vocabulary IS DISTINCT FROM OLD.vocabulary)
-  EXECUTE FUNCTION cwstore._graphs_guard();
+  FOR EACH ROW WHEN (pg_trigger_depth() < 1) EXECUTE FUNCTION cwstore._graphs_guard();
+CREATE TRIGGER graphs_guard_identity BEFORE UPDATE OF graph_id, incarnation, name, vocabulary
+  ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_guard();
+
+-- _graphs_settings (BEFORE INSERT, or UPDATE of vocabulary or retention_group, on
+-- graphs): a vocabulary is NULL (dynamic) or 1 to 32 names, none NULL; a retention
+-- group is NULL or 1 to 2000 bytes of UTF-8. Refused as the check constraints
+-- graphs_vocabulary_check and graphs_retention_group_check would be (23514, those
+-- names). Triggers on those columns, not CHECKs, for the reason _graphs_key gives: an
+-- append updates its graph's row, and PostgreSQL prepares every CHECK of the table
+-- again for each statement that does.
+CREATE FUNCTION cwstore._graphs_settings() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_check text;
+  v_detail text;
+BEGIN
+  IF NOT (NEW.vocabulary IS NULL OR (cardinality(NEW.vocabulary) BETWEEN 1 AND 32
+                                     AND array_position(NEW.vocabulary, NULL) IS NULL)) THEN
+    v_check := 'graphs_vocabulary_check';
+    v_detail := format('a vocabulary is NULL or 1 to 32 names, none NULL (this one has %s)',
+                       cardinality(NEW.vocabulary));
+  ELSIF NEW.retention_group = '' OR octet_length(NEW.retention_group) > 2000 THEN
+    v_check := 'graphs_retention_group_check';
+    v_detail := format('a retention group is 1 to 2000 bytes of UTF-8 (this one has %s)',
+                       octet_length(NEW.retention_group));
+  ELSE
+    RETURN NEW;
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = v_check,
+    SCHEMA = 'cwstore', TABLE = 'graphs',
+    MESSAGE = format('new row for relation "graphs" violates check constraint "%s"', v_check),
+    DETAIL = v_detail;
+END $$;
+
+CREATE TRIGGER graphs_settings_check BEFORE INSERT OR UPDATE OF vocabulary, retention_group
+  ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_settings();
 
 -- The audit record of erasures: written once, never changed.
 CREATE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON cwstore.erasures

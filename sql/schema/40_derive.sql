@@ -593,6 +593,9 @@ DECLARE
   v_semantic boolean;
   v_keyed boolean;
   v_gid bigint;
+  v_gid_last bigint;
+  v_lo bigint;
+  v_hi bigint;
   v_gids bigint[];
   v_los bigint[];
   v_his bigint[];
@@ -620,16 +623,25 @@ DECLARE
   k_id text[];
   k_parents text[];
 BEGIN
-  -- The batch's graphs (usually one) with their first and last sequence and count.
-  SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt),
-         sum(x.cnt), bool_or(x.semantic), bool_or(x.keyed)
-    INTO v_gids, v_los, v_his, v_cnts, v_rows, v_semantic, v_keyed
-    FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt,
-                 bool_or(n.kind = 'semantic') AS semantic,
-                 bool_or(n.resource_key IS NOT NULL) AS keyed
-            FROM new_nodes n GROUP BY n.graph_id) x;
-  IF v_gids IS NULL THEN
+  -- The batch's graphs (usually one: then one aggregate gives its first and last
+  -- sequence and count, the others only when there are more) and what its nodes hold.
+  SELECT min(n.graph_id), max(n.graph_id), min(n.seq), max(n.seq), count(*),
+         bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL)
+    INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed
+    FROM new_nodes n;
+  IF v_gid IS NULL THEN
     RETURN NULL;
+  END IF;
+  IF v_gid = v_gid_last THEN
+    v_gids := ARRAY[v_gid];
+    v_los := ARRAY[v_lo];
+    v_his := ARRAY[v_hi];
+    v_cnts := ARRAY[v_rows];
+  ELSE
+    SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt)
+      INTO v_gids, v_los, v_his, v_cnts
+      FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt
+              FROM new_nodes n GROUP BY n.graph_id) x;
   END IF;
 
   IF v_semantic THEN

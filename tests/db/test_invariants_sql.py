@@ -257,6 +257,77 @@ def test_a_graph_id_is_the_key_of_its_name(conn: Conn) -> None:
     assert dup.value.diag.constraint_name == "graphs_pkey"
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "check"),
+    [
+        ("vocabulary", [], "graphs_vocabulary_check"),
+        ("vocabulary", [f"t{i}" for i in range(33)], "graphs_vocabulary_check"),
+        ("vocabulary", ["memory", None], "graphs_vocabulary_check"),
+        ("retention_group", "", "graphs_retention_group_check"),
+        ("retention_group", "é" * 1001, "graphs_retention_group_check"),
+    ],
+)
+def test_a_graph_row_holds_a_vocabulary_and_a_retention_group_of_their_forms(
+    conn: Conn, column: str, value: Any, check: str
+) -> None:
+    """A vocabulary is NULL or 1 to 32 names, none NULL; a retention group NULL or 1 to
+    2000 bytes: refused as their check constraints (23514, that name) in a new row and
+    in an UPDATE that sets them, and the forms at the limits are taken."""
+    name = f"settings-{uuid.uuid4().hex}"
+    err = refused(
+        conn,
+        lambda: conn.execute(
+            f"INSERT INTO cwstore.graphs (graph_id, name, {column}) "
+            "VALUES (cwstore.graph_key(%s), %s, %s)",
+            (name, name, value),
+        ),
+    )
+    assert (err.diag.sqlstate, err.diag.constraint_name) == ("23514", check)
+    assert err.diag.table_name == "graphs" and err.diag.schema_name == "cwstore"
+    gid = new_graph(conn)
+    err = refused(
+        conn,
+        lambda: conn.execute(
+            f"UPDATE cwstore.graphs SET {column} = %s WHERE graph_id = %s", (value, gid)
+        ),
+    )
+    assert (err.diag.sqlstate, err.diag.constraint_name) == ("23514", check)
+    widest = [f"t{i}" for i in range(32)] if column == "vocabulary" else "é" * 1000
+    conn.execute(f"UPDATE cwstore.graphs SET {column} = %s WHERE graph_id = %s", (widest, gid))
+    got = conn.execute(f"SELECT {column} FROM cwstore.graphs WHERE graph_id = %s", (gid,))
+    assert got.fetchone() == (widest,)
+
+
+def test_a_graph_row_keeps_its_identity_inside_a_trigger(
+    conn: Conn, chain: tuple[int, Any]
+) -> None:
+    """A statement at trigger depth 1 (as the nodes trigger's are) may move a graph's
+    length, never its id, name, life or, once it holds nodes, its vocabulary: the guard
+    on those columns refuses them at any depth (CW403)."""
+    gid, _ = chain
+    conn.execute("CREATE TEMP TABLE poke (sql text)")
+    conn.execute(
+        "CREATE FUNCTION pg_temp.poke() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN EXECUTE NEW.sql; RETURN NULL; END $$"
+    )
+    conn.execute(
+        "CREATE TRIGGER poke AFTER INSERT ON poke FOR EACH ROW EXECUTE FUNCTION pg_temp.poke()"
+    )
+    for setting in (
+        "name = name || '-renamed'",
+        "incarnation = incarnation + 1",
+        "graph_id = graph_id + 1",
+        "vocabulary = '{memory}'",
+    ):
+        sql = f"UPDATE cwstore.graphs SET {setting} WHERE graph_id = {gid}"
+        err = refused(
+            conn,
+            lambda: conn.execute("INSERT INTO poke VALUES (%s)", (sql,)),  # noqa: B023
+        )
+        assert err.diag.sqlstate == "CW403", (setting, err)
+        assert (detail(err)["table"], detail(err)["operation"]) == ("graphs", "UPDATE")
+
+
 def test_graph_length_cannot_be_updated(conn: Conn, chain: tuple[int, Any]) -> None:
     gid, _ = chain
     for sql in (
