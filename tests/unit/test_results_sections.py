@@ -133,8 +133,8 @@ def test_bad_names_and_nested_markers_are_refused() -> None:
 def test_the_repository_results_file_is_well_formed() -> None:
     text = (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
     names = results.section_names(text)
-    owned = ["adk-sessions", "append-memory", "erasure-space", "langgraph-saver"]
-    owned += ["openai-agents-sessions", "run", "write-door-floor"]
+    owned = ["adk-sessions", "append-instructions", "append-memory", "erasure-space"]
+    owned += ["langgraph-saver", "openai-agents-sessions", "run", "write-door-floor"]
     assert sorted(n for n in names if not n.endswith("-notes")) == owned
 
 
