@@ -1,0 +1,164 @@
+-- 0004_cheaper_appends: work every append did that it need not.
+--
+-- graphs_vocabulary_check and graphs_retention_group_check become a trigger on those
+-- columns (refusing as the constraints did: 23514, their names), and graphs_guard's
+-- long WHEN condition becomes two triggers: one for a client's UPDATE (WHEN
+-- pg_trigger_depth() < 1), one on the columns nobody may change. PostgreSQL prepares a
+-- table's CHECK expressions and its triggers' WHEN conditions again in every statement
+-- that updates a row, and every append updates its graph's row; triggers on columns are
+-- passed over without that when a statement sets none of them.
+--
+-- _payload_problem reads the text outside a payload's strings by cutting it at its
+-- quotes instead of a regular expression that replaced each string: the expression
+-- starts again at every string, several times the cost for a payload of many strings
+-- (a LangGraph checkpoint's).
+--
+-- The truth about the schema is sql/schema/; the definitions below are copies of it,
+-- and tests/migration proves a database migrated here equal to one made from schema/.
+--
+-- Safe with live writers: yes (each statement is one short catalog change; the rows
+-- already stored passed the constraints, so none is checked again).
+
+SET LOCAL citus.enable_unsafe_triggers = on;
+
+ALTER TABLE cwstore.graphs DROP CONSTRAINT graphs_vocabulary_check,
+  DROP CONSTRAINT graphs_retention_group_check;
+
+-- _graphs_settings (BEFORE INSERT, or UPDATE of vocabulary or retention_group, on
+-- graphs): a vocabulary is NULL (dynamic) or 1 to 32 names, none NULL; a retention
+-- group is NULL or 1 to 2000 bytes of UTF-8. Refused as the check constraints
+-- graphs_vocabulary_check and graphs_retention_group_check would be (23514, those
+-- names). Triggers on those columns, not CHECKs, for the reason _graphs_key gives: an
+-- append updates its graph's row, and PostgreSQL prepares every CHECK of the table
+-- again for each statement that does.
+CREATE FUNCTION cwstore._graphs_settings() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_check text;
+  v_detail text;
+BEGIN
+  IF NOT (NEW.vocabulary IS NULL OR (cardinality(NEW.vocabulary) BETWEEN 1 AND 32
+                                     AND array_position(NEW.vocabulary, NULL) IS NULL)) THEN
+    v_check := 'graphs_vocabulary_check';
+    v_detail := format('a vocabulary is NULL or 1 to 32 names, none NULL (this one has %s)',
+                       cardinality(NEW.vocabulary));
+  ELSIF NEW.retention_group = '' OR octet_length(NEW.retention_group) > 2000 THEN
+    v_check := 'graphs_retention_group_check';
+    v_detail := format('a retention group is 1 to 2000 bytes of UTF-8 (this one has %s)',
+                       octet_length(NEW.retention_group));
+  ELSE
+    RETURN NEW;
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = v_check,
+    SCHEMA = 'cwstore', TABLE = 'graphs',
+    MESSAGE = format('new row for relation "graphs" violates check constraint "%s"', v_check),
+    DETAIL = v_detail;
+END $$;
+
+CREATE TRIGGER graphs_settings_check BEFORE INSERT OR UPDATE OF vocabulary, retention_group
+  ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_settings();
+
+DROP TRIGGER graphs_guard ON cwstore.graphs;
+CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
+  FOR EACH ROW WHEN (pg_trigger_depth() < 1) EXECUTE FUNCTION cwstore._graphs_guard();
+CREATE TRIGGER graphs_guard_identity BEFORE UPDATE OF graph_id, incarnation, name, vocabulary
+  ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_guard();
+
+-- _payload_problem(payload text) -> 'code|path|message', or NULL when the payload is
+-- JSON the runtime can write and cwstore can keep exactly. The text must already be
+-- one JSON value (append_v1 reads it out of a json batch; import_rows_v1 parses its
+-- slice first). Checks, in order:
+--   * spelling: exactly as JSON.stringify writes the value (no whitespace outside
+--     strings, no escape it would not write, numbers as Number::toString writes them),
+--     since the text is stored and given back byte for byte (code shape);
+--   * numbers: finite, integers within +-(2^53-1) unless JavaScript writes them back
+--     digit for digit (unrepresentable);
+--   * nesting at most 10,000 levels (cwstore._jsontext.MAX_DEPTH; unrepresentable);
+--   * no object repeats a member name (shape; JSON.parse keeps only the last).
+CREATE OR REPLACE FUNCTION cwstore._payload_problem(p_text text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  v_rest text;
+  v_bare text;
+  v_tok text;
+  v_js text;
+  v_deep boolean;
+BEGIN
+  -- Escapes: take out those JSON.stringify writes (escaped backslashes first, pair by
+  -- pair from the left, so each backslash left starts an escape); none may remain.
+  v_rest := replace(p_text, '\\', '');
+  IF strpos(v_rest, '\') > 0 THEN
+    v_rest := replace(replace(replace(replace(replace(replace(v_rest, '\"', ''), '\n', ''),
+                                                      '\t', ''), '\r', ''), '\b', ''), '\f', '');
+    IF strpos(v_rest, '\') > 0 THEN
+      v_rest := regexp_replace(v_rest, '\\u00(0[0-7bef]|1[0-9a-f])', '', 'g');
+      IF strpos(v_rest, '\') > 0 THEN
+        IF cwstore._lone_surrogate(p_text) THEN
+          RETURN 'unrepresentable|$.payload|a string holds a lone surrogate (not valid Unicode)';
+        END IF;
+        RETURN format('shape|$.payload|the escape %s is not how JSON.stringify writes that character',
+                      substring(v_rest FROM '\\(?:u[0-9a-fA-F]{4}|.)'));
+      END IF;
+    END IF;
+  END IF;
+  -- What is left outside strings: punctuation, literals and numbers, nothing else: the
+  -- text cut at its quotes, its odd parts joined by "" (a regular expression replacing
+  -- each string starts again at every string, several times the cost for a payload of
+  -- many). Over 64 kB, each check reads the text in parts (_json_bare,
+  -- _bare_number_problem, _too_deep): a regular expression over the whole text takes 4
+  -- bytes a character.
+  IF octet_length(v_rest) <= 65536 THEN
+    v_bare := array_to_string(ARRAY(SELECT x.t FROM string_to_table(v_rest, '"') WITH ORDINALITY AS x(t, o)
+                                     WHERE x.o % 2 = 1), '""');
+  ELSE
+    v_bare := cwstore._json_bare(v_rest);
+  END IF;
+  IF strpos(v_bare, ' ') > 0 OR strpos(v_bare, E'\n') > 0 OR strpos(v_bare, E'\t') > 0
+     OR strpos(v_bare, E'\r') > 0 THEN
+    RETURN 'shape|$.payload|whitespace outside strings: send the payload as JSON.stringify writes it (compact)';
+  END IF;
+  IF octet_length(v_bare) <= 65536 THEN
+    IF v_bare ~ '[0-9][.eE]|[0-9]{16}|-0' THEN
+      SELECT m[1] INTO v_tok
+        FROM regexp_matches(v_bare, '(-?[0-9][0-9.eE+-]*)', 'g') AS m
+       WHERE m[1] !~ '^(0|-?[1-9][0-9]{0,14})$' AND cwstore.js_number(m[1]) IS DISTINCT FROM m[1]
+       LIMIT 1;
+    END IF;
+  ELSE
+    v_tok := cwstore._bare_number_problem(v_bare);
+  END IF;
+  IF v_tok IS NOT NULL THEN
+    v_js := cwstore.js_number(v_tok);
+    IF v_js IS NULL AND v_tok ~ '^-?[0-9.]+[eE]\+?[0-9]+$' THEN
+      RETURN format('unrepresentable|$.payload|%s is not a finite number', v_tok);
+    ELSIF v_tok ~ '^-?[0-9]+$' AND v_tok <> '-0' THEN
+      RETURN format('unrepresentable|$.payload|integer %s is beyond +-(2^53-1): JavaScript cannot hold it exactly',
+                    v_tok);
+    END IF;
+    RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
+                  coalesce(v_js, 'as 0'));
+  END IF;
+  -- Nesting depth: the deepest point of the running count of brackets outside strings.
+  IF octet_length(v_bare) <= 65536 THEN
+    v_deep := length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
+              AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
+                                                OVER (ORDER BY o) AS d
+                                         FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
+                                                              NULL) WITH ORDINALITY AS t(c, o)) x) > 10000;
+  ELSE
+    v_deep := cwstore._too_deep(v_bare, 10000);
+  END IF;
+  IF v_deep THEN
+    RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
+  END IF;
+  -- Repeated member names (after the depth, which bounds the stack their check takes):
+  -- jsonb keeps one member per name, so it holds fewer values than the text when a name
+  -- repeats. Values in the text: containers, strings that are not member names, numbers
+  -- and literals.
+  IF strpos(v_bare, '"":') > 0
+     AND strpos(substr(v_bare, strpos(v_bare, '"":') + 3), '"":') > 0
+     AND NOT cwstore._members_unique(p_text, v_bare) THEN
+    RETURN 'shape|$.payload|an object repeats a member name (JSON.parse would keep only the last)';
+  END IF;
+  RETURN NULL;
+END $$;
