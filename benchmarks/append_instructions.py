@@ -28,6 +28,8 @@ The workloads:
 - **keyed node**: ``append_v1`` of one resource node, the next version of one key
   (every node a LangGraph saver writes is keyed).
 - **batch of 10**: ``append_v1`` of ten nodes, a chain (per node).
+- **checkpoint**: ``append_v1`` of one keyed node with a LangGraph checkpoint's payload
+  (``CHECKPOINT``), the next version of its key, as the LangGraph saver's puts write.
 
 Run as root, PostgreSQL runs as ``--os-user`` (``postgres`` by default). The cluster is
 deleted at the end.
@@ -64,13 +66,28 @@ PAYLOAD = (
 )
 """Row 8's payload (``_peers.payload``), as JSON.stringify writes it."""
 
+CHECKPOINT = (
+    '{"checkpoint_id":"1f1f1e8e-36c1-6b1c-800c-5e234ca07d28",'
+    '"parent_checkpoint_id":"1f1f1e8e-368b-6524-800b-a079181799bb",'
+    '"ts":"2026-12-07T02:49:57.541532+00:00",'
+    '"metadata":{"json":{"source":"loop","step":12,"parents":{}}},'
+    '"checkpoint":{"json":{"v":4,"channel_versions":{"__start__":12,"messages":14,'
+    '"branch:to:agent":14,"branch:to:tools":14},"versions_seen":{"__input__":{},'
+    '"__start__":{"__start__":11},"agent":{"branch:to:agent":12},'
+    '"tools":{"branch:to:tools":13}},"updated_channels":["branch:to:agent","messages"]}},'
+    '"values":{},"inline":{"branch:to:agent":{"version":14,"json":null}},'
+    '"messages":{"messages":[["lg:msg:messages",1,11]]}}'
+)
+"""A checkpoint node's payload as cwstore's LangGraph saver writes it (one of the
+agent workload's in benchmarks/langgraph_saver.py): 634 bytes, 39 strings."""
+
 PROCEDURES = r"""
 CREATE TABLE counter (stream text PRIMARY KEY, length bigint NOT NULL);
 CREATE TABLE items (stream text, seq bigint, id text, payload text, PRIMARY KEY (stream, seq));
 
 CREATE PROCEDURE bench_baseline(p_calls integer) LANGUAGE plpgsql AS $$
 DECLARE
-  v_payload text := (SELECT payload FROM bench_payload);
+  v_payload text := (SELECT payload FROM bench_payload WHERE name = 'row 8');
   v_seq bigint;
 BEGIN
   INSERT INTO counter VALUES ('bench', 0);
@@ -83,10 +100,11 @@ BEGIN
   END LOOP;
 END $$;
 
-CREATE PROCEDURE bench_append(p_calls integer, p_batch integer, p_kind text, p_key text)
+CREATE PROCEDURE bench_append(p_calls integer, p_batch integer, p_kind text, p_key text,
+                              p_payload text DEFAULT 'row 8')
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_payload json := (SELECT payload FROM bench_payload)::json;
+  v_payload json := (SELECT payload FROM bench_payload WHERE name = p_payload)::json;
   v_nodes text[];
   v_n integer := 0;
 BEGIN
@@ -126,6 +144,7 @@ WORKLOADS = (
     Workload("single node", "CALL bench_append({calls}, 1, 'inference', NULL)", 1),
     Workload("keyed node", "CALL bench_append({calls}, 1, 'resource', 'src/a.ts')", 1),
     Workload("batch of 10", "CALL bench_append({calls}, 10, 'inference', NULL)", 10),
+    Workload("checkpoint", "CALL bench_append({calls}, 1, 'verification', 'cp', 'checkpoint')", 1),
 )
 
 COLLECTED = re.compile(r"Collected : (\d+)")
@@ -225,8 +244,11 @@ def _install(dsn: str) -> str:
     """cwstore's schema and the workloads' procedures; returns the server's version."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         apply_migrations_sync(PsycopgConnection(conn))
-        conn.execute("CREATE TABLE bench_payload (payload text)")
-        conn.execute("INSERT INTO bench_payload VALUES (%s)", (PAYLOAD,))
+        conn.execute("CREATE TABLE bench_payload (name text, payload text)")
+        conn.execute(
+            "INSERT INTO bench_payload VALUES ('row 8', %s), ('checkpoint', %s)",
+            (PAYLOAD, CHECKPOINT),
+        )
         conn.execute(PROCEDURES)
         row = conn.execute("SHOW server_version").fetchone()
     return str(row[0]) if row else "unknown"
