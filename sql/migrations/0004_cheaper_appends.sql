@@ -20,6 +20,7 @@
 -- already stored passed the constraints, so none is checked again).
 
 SET LOCAL citus.enable_unsafe_triggers = on;
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 
 ALTER TABLE cwstore.graphs DROP CONSTRAINT graphs_vocabulary_check,
   DROP CONSTRAINT graphs_retention_group_check;
