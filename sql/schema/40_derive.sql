@@ -754,10 +754,15 @@ BEGIN
     PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
       format('a frontier is declared at the graph''s length %s, not at %s', g_length, NEW.seq));
   END IF;
-  IF array_position(NEW.heads, NULL) IS NOT NULL
-     OR cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
+  IF array_position(NEW.heads, NULL) IS NOT NULL THEN
     PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
       'frontier lists an id twice (or null)');
+  END IF;
+  IF cardinality(NEW.heads) > 1 THEN
+    IF cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
+      PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
+        'frontier lists an id twice (or null)');
+    END IF;
   END IF;
 
   SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)

@@ -337,15 +337,18 @@ BEGIN
     RETURN format('shape|$.payload|the number %s is written %s by JSON.stringify', v_tok,
                   coalesce(v_js, 'as 0'));
   END IF;
-  -- Nesting depth: the deepest point of the running count of brackets outside strings.
-  IF octet_length(v_bare) <= 65536 THEN
-    v_deep := length(v_bare) - length(translate(v_bare, '{[', '')) > 10000
-              AND (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
-                                                OVER (ORDER BY o) AS d
-                                         FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
-                                                              NULL) WITH ORDINALITY AS t(c, o)) x) > 10000;
-  ELSE
+  -- Nesting depth: the deepest point of the running count of brackets outside strings,
+  -- walked only when there are more opening brackets than the limit. (A condition
+  -- holding a subquery is a statement of its own, made ready on every call, however
+  -- the condition ends: hence the IFs around the queries here and in the door's other
+  -- functions.)
+  IF octet_length(v_bare) > 65536 THEN
     v_deep := cwstore._too_deep(v_bare, 10000);
+  ELSIF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000 THEN
+    v_deep := (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
+                                            OVER (ORDER BY o) AS d
+                                     FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
+                                                          NULL) WITH ORDINALITY AS t(c, o)) x) > 10000;
   END IF;
   IF v_deep THEN
     RETURN 'unrepresentable|$.payload|nesting deeper than 10000 levels';
@@ -922,10 +925,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_len bigint := cwstore._lock_life(p_graph, p_graph_id, p_incarnation);
 BEGIN
-  IF p_expected IS NOT NULL AND p_expected <> v_len
-     AND EXISTS (SELECT 1 FROM unnest(p_ids) AS u(id)
-                  WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
-                                     WHERE n.graph_id = p_graph_id AND n.id = u.id)) THEN
+  IF p_expected IS NULL OR p_expected = v_len THEN
+    RETURN v_len;
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(p_ids) AS u(id)
+              WHERE NOT EXISTS (SELECT 1 FROM cwstore.nodes n
+                                 WHERE n.graph_id = p_graph_id AND n.id = u.id)) THEN
     RAISE EXCEPTION USING ERRCODE = 'CW409',
       MESSAGE = format('graph %L has length %s, the writer expected %s', left(p_graph, 200), v_len,
                        p_expected),
