@@ -533,6 +533,20 @@ def test_semantic_type_outside_a_fixed_vocabulary(conn: Conn) -> None:
         insert(conn, other, 1, [system, n])
 
 
+def test_a_declared_frontier_lists_each_head_once(conn: Conn, chain: tuple[int, Any]) -> None:
+    """A declaration naming a head twice is refused (frontier_reference), with one head
+    given twice or among others; distinct heads are taken, in their order."""
+    gid, nodes = chain
+    goal, res = nodes[1]["id"], nodes[2]["id"]
+    declare = "INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads) VALUES (%s, 3, %s)"
+    for heads in ([res, res], [res, goal, res]):
+        err = refused(conn, lambda: conn.execute(declare, (gid, heads)))  # noqa: B023
+        assert _violation(err, "frontier_reference")["path"] == "$.frontier", heads
+    conn.execute(declare, (gid, [res, goal]))
+    got = conn.execute("SELECT frontier_seqs FROM cwstore.graphs WHERE graph_id = %s", (gid,))
+    assert got.fetchone() == ([3, 2],)
+
+
 def test_unknown_graph(conn: Conn) -> None:
     missing = conn.execute("SELECT coalesce(max(graph_id), 0) + 1000 FROM cwstore.graphs")
     gid = int(missing.fetchone()[0])  # type: ignore[index]
