@@ -29,7 +29,8 @@ The workloads:
   (every node a LangGraph saver writes is keyed).
 - **batch of 10**: ``append_v1`` of ten nodes, a chain (per node).
 - **checkpoint**: ``append_v1`` of one keyed node with a LangGraph checkpoint's payload
-  (``CHECKPOINT``), the next version of its key, as the LangGraph saver's puts write.
+  (``CHECKPOINT``), the next version of its key, declaring it the frontier: a LangGraph
+  saver's put.
 
 Run as root, PostgreSQL runs as ``--os-user`` (``postgres`` by default). The cluster is
 deleted at the end.
@@ -101,7 +102,7 @@ BEGIN
 END $$;
 
 CREATE PROCEDURE bench_append(p_calls integer, p_batch integer, p_kind text, p_key text,
-                              p_payload text DEFAULT 'row 8')
+                              p_payload text DEFAULT 'row 8', p_declare boolean DEFAULT false)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_payload json := (SELECT payload FROM bench_payload WHERE name = p_payload)::json;
@@ -119,7 +120,9 @@ BEGIN
         'payload', v_payload, 'createdAt', '2026-01-01T00:00:00.000Z',
         'resourceKey', p_key)::text;
     END LOOP;
-    PERFORM * FROM cwstore.append_v1('bench', ('[' || array_to_string(v_nodes, ',') || ']')::json);
+    PERFORM * FROM cwstore.append_v1(
+      'bench', ('[' || array_to_string(v_nodes, ',') || ']')::json, NULL,
+      CASE WHEN p_declare THEN json_build_array('cw_' || lpad(to_hex(v_n), 24, '0')) END);
     COMMIT;
   END LOOP;
 END $$;
@@ -144,7 +147,9 @@ WORKLOADS = (
     Workload("single node", "CALL bench_append({calls}, 1, 'inference', NULL)", 1),
     Workload("keyed node", "CALL bench_append({calls}, 1, 'resource', 'src/a.ts')", 1),
     Workload("batch of 10", "CALL bench_append({calls}, 10, 'inference', NULL)", 10),
-    Workload("checkpoint", "CALL bench_append({calls}, 1, 'verification', 'cp', 'checkpoint')", 1),
+    Workload(
+        "checkpoint", "CALL bench_append({calls}, 1, 'verification', 'cp', 'checkpoint', true)", 1
+    ),
 )
 
 COLLECTED = re.compile(r"Collected : (\d+)")
