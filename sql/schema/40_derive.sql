@@ -741,6 +741,7 @@ DECLARE
   g_frontier bigint[];
   current_heads text[];
   missing text;
+  repeated boolean;
   seqs bigint[];
 BEGIN
   SELECT length, name, frontier_seqs, derived_length INTO g_length, g_name, g_frontier, g_derived
@@ -754,15 +755,13 @@ BEGIN
     PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
       format('a frontier is declared at the graph''s length %s, not at %s', g_length, NEW.seq));
   END IF;
-  IF array_position(NEW.heads, NULL) IS NOT NULL THEN
+  repeated := array_position(NEW.heads, NULL) IS NOT NULL;
+  IF NOT repeated AND cardinality(NEW.heads) > 1 THEN
+    repeated := cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h);
+  END IF;
+  IF repeated THEN
     PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
       'frontier lists an id twice (or null)');
-  END IF;
-  IF cardinality(NEW.heads) > 1 THEN
-    IF cardinality(NEW.heads) <> (SELECT count(DISTINCT h) FROM unnest(NEW.heads) h) THEN
-      PERFORM cwstore._violation('frontier_reference', NEW.graph_id, NULL, NULL, '$.frontier',
-        'frontier lists an id twice (or null)');
-    END IF;
   END IF;
 
   SELECT array_agg(n.seq ORDER BY u.ord), min(u.h) FILTER (WHERE n.seq IS NULL)
