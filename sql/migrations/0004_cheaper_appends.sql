@@ -19,6 +19,10 @@
 -- _lock_for_append's check of a stale length, the nodes trigger's check of a declared
 -- frontier's repeated heads), and _fold_frontier folds a short run in array operations.
 --
+-- An append that declares the frontier its own nodes' fold gives already (a LangGraph
+-- put names its checkpoint) records no declaration: _declare_after_append compares it
+-- with the graph's row, where the nodes trigger has just put the fold.
+--
 -- The truth about the schema is sql/schema/; the definitions below are copies of it,
 -- and tests/migration proves a database migrated here equal to one made from schema/.
 --
@@ -227,3 +231,57 @@ BEGIN
   END IF;
   RETURN v_len;
 END $$;
+
+-- _declare_after_append(graph_id, length, written, heads, ids, expected_length): the
+-- declared frontier recorded after an append's new nodes. Not recorded when the fold of
+-- the batch's nodes (SPEC 4) made it the frontier already, heads in the same order
+-- (every node of the batch new, node o of it node length + o): a declaration there
+-- changes no frontier at any sequence, and a writer that names the node it appends
+-- last as the frontier (a LangGraph put) costs no more than one that leaves it to the
+-- fold. When the call wrote nothing it is recorded only if it changes the frontier
+-- and, with an expected_length, that is current, or, without one, no node came after
+-- the batch's last: a retry after others moved on must not move their frontier back.
+CREATE OR REPLACE FUNCTION cwstore._declare_after_append(p_graph_id bigint, p_len bigint, p_new bigint,
+                                              p_heads text[], p_ids text[], p_expected bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_last bigint;
+  v_frontier bigint[];
+BEGIN
+  IF p_new = cardinality(p_ids) THEN
+    SELECT g.frontier_seqs INTO v_frontier FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+    IF cardinality(v_frontier) = cardinality(p_heads) THEN
+      FOR i IN 1 .. cardinality(p_heads) LOOP
+        IF NOT coalesce(p_ids[v_frontier[i] - p_len] = p_heads[i], false) THEN
+          v_frontier := NULL;
+          EXIT;
+        END IF;
+      END LOOP;
+      IF v_frontier IS NOT NULL THEN
+        RETURN;
+      END IF;
+    END IF;
+  END IF;
+  IF p_new = 0 THEN
+    SELECT max(n.seq) INTO v_last
+      FROM unnest(p_ids) AS u(id)
+      JOIN LATERAL (SELECT n.seq FROM cwstore.nodes n
+                     WHERE n.graph_id = p_graph_id AND n.id = u.id LIMIT 1) n ON true;
+    IF coalesce(p_expected, v_last, p_len) <> p_len
+       OR p_heads IS NOT DISTINCT FROM (
+            SELECT coalesce(array_agg(n.id ORDER BY u.o), '{}')
+              FROM cwstore.graphs g
+             CROSS JOIN LATERAL unnest(g.frontier_seqs) WITH ORDINALITY AS u(s, o)
+              JOIN LATERAL (SELECT n.id FROM cwstore.nodes n
+                             WHERE n.graph_id = p_graph_id AND n.seq >= u.s AND n.seq <= u.s
+                             ORDER BY n.seq LIMIT 1) n ON true
+             WHERE g.graph_id = p_graph_id) THEN
+      RETURN;
+    END IF;
+  END IF;
+  INSERT INTO cwstore.frontier_declarations (graph_id, seq, heads)
+  VALUES (p_graph_id, p_len + p_new, p_heads);
+END $$;
+
+COMMENT ON TABLE cwstore.frontier_declarations IS
+  'Frontiers declared by writers (an imported document''s, or one given with an append unless the fold of its own nodes gave that frontier already), exactly as given, at the graph length when declared (the last at a length is the frontier there). One declared past the graph''s derived_length enters frontier_spans when that run is derived.';

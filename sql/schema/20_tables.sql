@@ -154,7 +154,7 @@ CREATE TABLE cwstore.frontier_declarations (
 );
 CREATE INDEX frontier_declarations_seq_idx ON cwstore.frontier_declarations (graph_id, seq, declaration_id);
 COMMENT ON TABLE cwstore.frontier_declarations IS
-  'Frontiers declared by writers (an imported document''s, or one given with an append), exactly as given, at the graph length when declared (the last at a length is the frontier there). One declared past the graph''s derived_length enters frontier_spans when that run is derived.';
+  'Frontiers declared by writers (an imported document''s, or one given with an append unless the fold of its own nodes gave that frontier already), exactly as given, at the graph length when declared (the last at a length is the frontier there). One declared past the graph''s derived_length enters frontier_spans when that run is derived.';
 
 CREATE TABLE cwstore.key_versions (
   graph_id  bigint NOT NULL,

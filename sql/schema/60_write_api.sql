@@ -973,16 +973,35 @@ BEGIN
 END $$;
 
 -- _declare_after_append(graph_id, length, written, heads, ids, expected_length): the
--- declared frontier recorded after an append's new nodes. When the call wrote nothing it
--- is recorded only if it changes the frontier and, with an expected_length, that is
--- current, or, without one, no node came after the batch's last: a retry after others
--- moved on must not move their frontier back.
+-- declared frontier recorded after an append's new nodes. Not recorded when the fold of
+-- the batch's nodes (SPEC 4) made it the frontier already, heads in the same order
+-- (every node of the batch new, node o of it node length + o): a declaration there
+-- changes no frontier at any sequence, and a writer that names the node it appends
+-- last as the frontier (a LangGraph put) costs no more than one that leaves it to the
+-- fold. When the call wrote nothing it is recorded only if it changes the frontier
+-- and, with an expected_length, that is current, or, without one, no node came after
+-- the batch's last: a retry after others moved on must not move their frontier back.
 CREATE FUNCTION cwstore._declare_after_append(p_graph_id bigint, p_len bigint, p_new bigint,
                                               p_heads text[], p_ids text[], p_expected bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
   v_last bigint;
+  v_frontier bigint[];
 BEGIN
+  IF p_new = cardinality(p_ids) THEN
+    SELECT g.frontier_seqs INTO v_frontier FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
+    IF cardinality(v_frontier) = cardinality(p_heads) THEN
+      FOR i IN 1 .. cardinality(p_heads) LOOP
+        IF NOT coalesce(p_ids[v_frontier[i] - p_len] = p_heads[i], false) THEN
+          v_frontier := NULL;
+          EXIT;
+        END IF;
+      END LOOP;
+      IF v_frontier IS NOT NULL THEN
+        RETURN;
+      END IF;
+    END IF;
+  END IF;
   IF p_new = 0 THEN
     SELECT max(n.seq) INTO v_last
       FROM unnest(p_ids) AS u(id)

@@ -195,6 +195,61 @@ async def test_frontiers_declared_past_the_watermark_answer_where_declared(
         assert _frontiers(conn, graph) == expected
 
 
+def _declarations(conn: psycopg.Connection[Any], graph: str) -> list[tuple[int, list[str]]]:
+    return [
+        (int(r[0]), list(r[1]))
+        for r in conn.execute(
+            "SELECT d.seq, d.heads FROM cwstore.frontier_declarations d"
+            " JOIN cwstore.graphs g USING (graph_id) WHERE g.name = %s"
+            " ORDER BY d.declaration_id",
+            (graph,),
+        )
+    ]
+
+
+async def test_a_frontier_the_appends_own_fold_gives_is_not_recorded(
+    store: Any, graph: str, db_dsn: str
+) -> None:
+    """Every append declares the frontier that the fold of its nodes gives anyway (in
+    batches too): where its heads are nodes the append wrote (as a LangGraph put names
+    its checkpoint) it is not recorded, elsewhere it is, and every read at every
+    sequence answers the fold, across the watermark and after derive_v1. The same heads
+    in another order are recorded, and are the frontier from there on."""
+    nodes, _ = _session()
+    swapped_at = 118  # several heads there, declared in the other order
+    recorded: list[tuple[int, list[str]]] = []
+    expected: list[list[str]] = [[]]
+    i = 1
+    while i <= LENGTH:
+        batch = nodes[i - 1 : i - 1 + BATCHES.get(i, 1)]
+        last = i + len(batch) - 1
+        before = expected[-1]
+        expected += [cwstore.fold_frontier(batch[:k], start=before) for k in range(1, len(batch))]
+        frontier = cwstore.fold_frontier(batch, start=before)
+        if last == swapped_at:
+            assert len(frontier) > 1
+            frontier = frontier[::-1]
+        if last == swapped_at or not set(frontier) <= {n["id"] for n in batch}:
+            recorded.append((last, frontier))
+        await store.append(graph, batch, frontier=frontier)
+        expected.append(frontier)
+        i = last + 1
+    assert LENGTH - len(recorded) > 10  # appends whose declaration was not recorded
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert _declarations(conn, graph) == recorded
+        length, watermark = _row(conn, graph)
+        assert length == LENGTH and 0 < length - watermark < cwstore_lag(conn)
+        assert _frontiers(conn, graph) == expected
+        conn.execute("SELECT cwstore.derive_v1(%s)", (graph,))
+        assert _frontiers(conn, graph) == expected
+
+        first = nodes[0]["id"]
+        child = {"kind": "inference", "parents": expected[-1], "payload": "apart"}
+        await store.append(graph, [child], frontier=[first])
+        assert _declarations(conn, graph)[len(recorded) :] == [(LENGTH + 1, [first])]
+        assert await store.frontier(graph) == [first]
+
+
 def cwstore_lag(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT cwstore.derive_lag()").fetchone()
     assert row is not None
