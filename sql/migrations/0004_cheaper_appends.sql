@@ -21,7 +21,8 @@
 --
 -- An append that declares the frontier its own nodes' fold gives already (a LangGraph
 -- put names its checkpoint) records no declaration: _declare_after_append compares it
--- with the graph's row, where the nodes trigger has just put the fold.
+-- with the graph's row, where the nodes trigger has just put the fold. append_v1 looks
+-- for an id given twice by a statement only in a batch of more than three nodes.
 --
 -- The truth about the schema is sql/schema/; the definitions below are copies of it,
 -- and tests/migration proves a database migrated here equal to one made from schema/.
@@ -285,3 +286,157 @@ END $$;
 
 COMMENT ON TABLE cwstore.frontier_declarations IS
   'Frontiers declared by writers (an imported document''s, or one given with an append unless the fold of its own nodes gave that frontier already), exactly as given, at the graph length when declared (the last at a length is the frontier there). One declared past the graph''s derived_length enters frontier_spans when that run is derived.';
+
+-- append_v1(graph, nodes, expected_length, frontier, incarnation)
+--   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
+--   resourceKey?} (sequence is assigned here; one given is ignored). Each payload is
+--   stored byte for byte, so it must be written as JSON.stringify writes it (compact;
+--   the runtime's and cwstore's clients' own form); the same checks as cwstore import
+--   apply to every node (createdAt, numbers, member names, semantic content and key
+--   forms, resourceKey length), each refused with CW400, its code, index and path.
+--   expected_length: NULL, or the length the writer last saw (CW409 when stale).
+--   frontier: NULL (the fold applies) or a JSON array of ids, the frontier after
+--   the batch.
+--   incarnation: NULL, or the life of the graph the writer means (graphs.incarnation,
+--   returned by every append): CW404 (erased) when the graph's life is another one, or
+--   the graph does not exist (it is not created then).
+--   The graph's tenant is checked on the row read first, and the row locked is that
+--   same life's: a graph erased and made again meanwhile (by any tenant) is never
+--   written by this call; it gets CW404 (erased) instead.
+--   Nodes whose id the graph already holds, with the same content, are returned as
+--   stored and not written (idempotent retries); an id given again with other content,
+--   in the graph or earlier in the batch, is refused (duplicate_id). When a call writes
+--   nothing, its frontier is declared only if expected_length is current, or, with no
+--   expected_length, if no node was appended after the batch's own: a retry after
+--   others moved on never moves their frontier back.
+--   Locks: the graph row (FOR UPDATE) until commit; nothing else.
+--   Returns each node's sequence, id, createdAt and recorded_at, whether this call wrote
+--   it, the stored payload of a node it did not write, and the graph's life.
+--   Raises: CW400 (shape, kind, parents, semantic...), CW404 (erased), CW409, CW410
+--   (chain race), 42501 (another tenant's graph).
+-- Its statements take arrays and ids as parameters; custom plans would be re-made on
+-- every call, and the generic ones are right for every batch size that takes this path.
+CREATE OR REPLACE FUNCTION cwstore.append_v1(p_graph text, p_nodes json,
+                                  p_expected_length bigint DEFAULT NULL,
+                                  p_frontier json DEFAULT NULL,
+                                  p_incarnation bigint DEFAULT NULL)
+RETURNS TABLE (seq bigint, id text, created_at text, recorded_at timestamptz, written boolean,
+               payload_text text, incarnation bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off AS $$
+DECLARE
+  v_graph_id bigint;
+  v_len bigint;
+  v_new bigint;
+  v_heads text[];
+  v_life record;
+  v_ids text[];
+  v_kinds text[];
+  v_parents text[];
+  v_payloads text[];
+  v_created text[];
+  v_keys text[];
+  v_now timestamptz := now();
+BEGIN
+  IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$',
+                               'nodes must be a JSON array of node objects');
+  END IF;
+  IF p_frontier IS NOT NULL THEN
+    v_heads := cwstore._frontier_heads(p_frontier);
+  END IF;
+
+  -- The graph's row is read first, without a lock: the tenant check comes before
+  -- anything else (a refused caller learns nothing of the graph, and must not hold
+  -- another tenant's counter row while it sits in its aborted transaction). The life
+  -- read here is the one locked below, or none: a graph found here but gone once locked
+  -- was erased meanwhile, and the call must not write whatever holds its key by then.
+  v_life := cwstore._writer_life(p_graph, false, NULL);
+  IF p_incarnation IS NOT NULL AND v_life.life_incarnation IS DISTINCT FROM p_incarnation THEN
+    PERFORM cwstore._erased_meanwhile(p_graph);
+  END IF;
+  v_graph_id := v_life.life_id;
+  v_len := v_life.life_length;
+  -- A stale expected length is refused before the batch is read: within a graph's life
+  -- its length only grows, so a length seen here that differs from the expected one
+  -- differs under the lock too (or the graph is gone by then: CW404). Unless every node
+  -- of the batch is held already (a retry of a write that committed: not a conflict).
+  IF p_expected_length IS NOT NULL AND p_expected_length <> coalesce(v_len, 0) THEN
+    PERFORM cwstore._refuse_stale(p_graph, v_graph_id, p_nodes, p_expected_length,
+                                  coalesce(v_len, 0));
+  END IF;
+
+  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys
+    FROM cwstore._batch_fields(p_nodes) f;
+  -- An id given twice is looked for by a statement only in a batch of more than three:
+  -- in two or three, comparing them is cheaper than the statement's start.
+  IF cardinality(v_ids) > 1 THEN
+    IF cardinality(v_ids) > 3 OR v_ids[1] = v_ids[2] OR v_ids[1] = v_ids[3]
+       OR v_ids[2] = v_ids[3] THEN
+      PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+    END IF;
+  END IF;
+  IF v_graph_id IS NULL THEN
+    v_life := cwstore._writer_life(p_graph, true, NULL);
+    v_graph_id := v_life.life_id;
+  END IF;
+  v_len := cwstore._lock_for_append(p_graph, v_graph_id, v_life.life_incarnation,
+                                    p_expected_length, v_ids);
+
+  -- New nodes only (a node the graph holds, or one given twice, is written once),
+  -- numbered from the length read under the lock.
+  -- xid orders the all-graphs feed; within a graph it must not go back (a transaction
+  -- may hold an xid older than the one that wrote the previous node), so it is the
+  -- greater of this transaction's and the graph's last node's (read as the last at or
+  -- before the length, in nodes_pkey's order: only that index gives the order, so a
+  -- plan made while the table was tiny cannot take another one and read the graph).
+  -- The rows come joined to the graph's counter row: on Citus that makes the statement
+  -- one INSERT ... SELECT on the graph's worker (not rows copied through the
+  -- coordinator, which loses the SQLSTATE of the triggers' refusals).
+  INSERT INTO cwstore.nodes (graph_id, seq, id, kind, parents, payload_text,
+                             created_at_text, resource_key, recorded_at, xid)
+  SELECT g.graph_id, v_len + row_number() OVER (ORDER BY b.o), b.id, v_kinds[b.o],
+         ARRAY(SELECT json_array_elements_text(v_parents[b.o]::json)),
+         v_payloads[b.o], v_created[b.o], v_keys[b.o], v_now,
+         greatest(pg_current_xact_id()::text::bigint,
+                  (SELECT l.xid FROM cwstore.nodes l
+                    WHERE l.graph_id = v_graph_id AND l.seq <= v_len
+                    ORDER BY l.seq DESC LIMIT 1))
+    FROM cwstore.graphs g
+   CROSS JOIN (SELECT DISTINCT ON (u.id) u.id, u.o
+                 FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+                ORDER BY u.id, u.o) b
+    LEFT JOIN LATERAL (SELECT true AS held FROM cwstore.nodes n
+                        WHERE n.graph_id = v_graph_id AND n.id = b.id LIMIT 1) x ON true
+   WHERE g.graph_id = v_graph_id AND x.held IS NULL
+   ORDER BY b.o;
+  GET DIAGNOSTICS v_new = ROW_COUNT;
+  -- Only when the insert skipped some (raising undoes the insert).
+  IF v_new < cardinality(v_ids) THEN
+    PERFORM cwstore._refuse_changed(v_graph_id, v_len, v_ids, v_kinds, v_parents, v_payloads,
+                                    v_keys);
+  END IF;
+  IF v_heads IS NOT NULL THEN
+    PERFORM cwstore._declare_after_append(v_graph_id, v_len, v_new, v_heads, v_ids,
+                                          p_expected_length);
+  END IF;
+
+  -- Every node new and given once: the rows are what was just written, in order.
+  IF v_new = cardinality(v_ids) THEN
+    RETURN QUERY
+    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text, v_life.life_incarnation
+      FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+     ORDER BY u.o;
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT n.seq, n.id, n.created_at_text, n.recorded_at, n.seq > v_len,
+         CASE WHEN n.seq > v_len THEN NULL ELSE n.payload_text END, v_life.life_incarnation
+    FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+    JOIN LATERAL (SELECT * FROM cwstore.nodes n
+                   WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
+   ORDER BY u.o;
+END $$;

@@ -1107,8 +1107,13 @@ BEGIN
   SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys
     INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys
     FROM cwstore._batch_fields(p_nodes) f;
+  -- An id given twice is looked for by a statement only in a batch of more than three:
+  -- in two or three, comparing them is cheaper than the statement's start.
   IF cardinality(v_ids) > 1 THEN
-    PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+    IF cardinality(v_ids) > 3 OR v_ids[1] = v_ids[2] OR v_ids[1] = v_ids[3]
+       OR v_ids[2] = v_ids[3] THEN
+      PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+    END IF;
   END IF;
   IF v_graph_id IS NULL THEN
     v_life := cwstore._writer_life(p_graph, true, NULL);

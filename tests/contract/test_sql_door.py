@@ -321,6 +321,34 @@ def test_a_batch_cannot_reuse_an_id_with_other_content(door: Door, writer: Any) 
     assert stored(door.admin, g)[:2] == (2, 2)
 
 
+@pytest.mark.parametrize(
+    ("size", "first", "again"), [(2, 0, 1), (3, 0, 1), (3, 0, 2), (3, 1, 2), (4, 1, 3)]
+)
+def test_a_batch_of_few_nodes_is_searched_for_a_repeated_id(
+    door: Door, writer: Any, size: int, first: int, again: int
+) -> None:
+    """In a batch of two, three or four nodes, whichever two carry one id, with other
+    content the later one is refused (duplicate_id, its path) and nothing is written;
+    with the same content the node is written once."""
+    b = GraphBuilder()
+    system = b.system("contract")
+    batch = [b.goal(f"task {i}", parents=[system["id"]]) for i in range(size)]
+
+    def given(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [*batch[:again], node, *batch[again + 1 :]]
+
+    g = graph_name()
+    append(writer, g, [system])
+    with pytest.raises(psycopg.Error) as exc:
+        append(writer, g, given(dict(batch[first], payload="other")))
+    detail = refusal(exc.value)
+    assert (detail["code"], detail["path"]) == ("duplicate_id", f"$[{again}].id")
+    assert stored(door.admin, g)[:2] == (1, 1)
+    rows = append(writer, g, given(batch[first]))
+    assert [r[1] for r in rows] == [n["id"] for n in given(batch[first])]
+    assert stored(door.admin, g)[:2] == (size, size)
+
+
 def test_a_retry_that_writes_nothing_keeps_the_newer_frontier(door: Door, writer: Any) -> None:
     b = GraphBuilder()
     b.system("contract")
