@@ -59,6 +59,11 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                          WHERE v.graph_id = $1::bigint
                            AND v.key = n.resource_key COLLATE "default"
                            AND v.node_seq = n.seq
+                        UNION ALL
+                        SELECT h.version FROM cwstore.key_heads h
+                         WHERE h.graph_id = $1::bigint
+                           AND h.key = n.resource_key COLLATE "default"
+                           AND h.head_seq = n.seq
                          LIMIT 1) v ON true
         UNION ALL
         -- One set-returning function over the segments (not one per channel, then one
@@ -70,24 +75,33 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                   FROM (SELECT n.seq, n.id FROM cwstore.nodes n
                          WHERE n.graph_id = $1::bigint
                            AND n.resource_key = (s.seg ->> 0) COLLATE "C"
-                           AND n.seq >= (SELECT v.node_seq FROM cwstore.key_versions v
-                                          WHERE v.graph_id = $1::bigint
-                                            AND v.key = s.seg ->> 0
-                                            AND v.version >= (s.seg ->> 1)::int
-                                          ORDER BY v.node_seq
-                                          LIMIT 1)
+                           AND n.seq >= coalesce(
+                                 (SELECT v.node_seq FROM cwstore.key_versions v
+                                   WHERE v.graph_id = $1::bigint
+                                     AND v.key = s.seg ->> 0
+                                     AND v.version >= (s.seg ->> 1)::int
+                                   ORDER BY v.node_seq
+                                   LIMIT 1),
+                                 (SELECT h.head_seq FROM cwstore.key_heads h
+                                   WHERE h.graph_id = $1::bigint
+                                     AND h.key = s.seg ->> 0
+                                     AND h.version >= (s.seg ->> 1)::int))
                          ORDER BY n.seq
                          LIMIT (s.seg ->> 2)::int - (s.seg ->> 1)::int + 1) n),
                NULL
           FROM jsonb_array_elements(jsonb_path_query_array(cp.head, '$.messages.*[*]')) s(seg)
         UNION ALL
         SELECT 2, NULL, v.version, NULL, n.id, n.payload_text
-          FROM cwstore.key_versions v
+          FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+                 WHERE v.graph_id = $1::bigint
+                   AND v.key = $3::text || (cp.head ->> 'checkpoint_id')
+                UNION ALL
+                SELECT h.version, h.head_seq FROM cwstore.key_heads h
+                 WHERE h.graph_id = $1::bigint
+                   AND h.key = $3::text || (cp.head ->> 'checkpoint_id')) v
           JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
                          WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
-                         LIMIT 1) n ON true
-         WHERE v.graph_id = $1::bigint
-           AND v.key = $3::text || (cp.head ->> 'checkpoint_id')) p
+                         LIMIT 1) n ON true) p
 
 -- name: payloads
 -- The nodes (id, payload_text) of runs of message chains in graph $1 (graph_id) named $2
@@ -112,13 +126,17 @@ SELECT n.id, n.payload_text
 -- lg:part:<sha256>) in graph $1 (graph_id) named $2 (none when the graph at that key is
 -- not named $2): each version's payload text, in order.
 SELECT v.version, n.payload_text
-  FROM cwstore.key_versions v
+  FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+         WHERE v.graph_id = $1::bigint AND v.key = $3::text
+           AND v.version BETWEEN $4::int AND $5::int
+        UNION ALL
+        SELECT h.version, h.head_seq FROM cwstore.key_heads h
+         WHERE h.graph_id = $1::bigint AND h.key = $3::text
+           AND h.version BETWEEN $4::int AND $5::int) v
   JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
   JOIN LATERAL (SELECT n.payload_text FROM cwstore.nodes n
                  WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
                  LIMIT 1) n ON true
- WHERE v.graph_id = $1::bigint AND v.key = $3::text
-   AND v.version BETWEEN $4::int AND $5::int
  ORDER BY v.node_seq
 
 -- name: graph

@@ -78,17 +78,20 @@ SELECT seq, id, kind, depth FROM cwstore.ancestors($1, $2, $3) ORDER BY depth, s
 SELECT seq, id, kind, depth FROM cwstore.descendants($1, $2, $3) ORDER BY depth, seq LIMIT $4
 
 -- name: view_key_versions
--- How many versions key $2 of graph id $1 has.
-SELECT count(*) FROM cwstore.key_versions WHERE graph_id = $1 AND key = $2
+-- How many versions key $2 of graph id $1 has: its head's version (0: no such key).
+SELECT coalesce(max(version), 0) FROM cwstore.key_heads WHERE graph_id = $1 AND key = $2
 
 -- name: view_key_history
 -- The last $3 versions of key $2 of graph id $1, newest first, with the first $4
 -- characters of each payload text and its size in bytes (never the whole payload).
 SELECT v.version, n.seq, n.id, n.kind, n.created_at_text,
        left(n.payload_text, $4) AS preview, octet_length(n.payload_text) AS bytes
-  FROM cwstore.key_versions v
-  JOIN cwstore.nodes n ON n.graph_id = v.graph_id AND n.seq = v.node_seq
- WHERE v.graph_id = $1 AND v.key = $2
+  FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+         WHERE v.graph_id = $1 AND v.key = $2
+        UNION ALL
+        SELECT h.version, h.head_seq FROM cwstore.key_heads h
+         WHERE h.graph_id = $1 AND h.key = $2) v
+  JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = v.node_seq
  ORDER BY v.version DESC
  LIMIT $3
 

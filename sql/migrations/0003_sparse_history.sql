@@ -138,17 +138,13 @@ BEGIN
     IF NOT (v_head.head_id = ANY (p_parents)) THEN
       PERFORM cwstore._chain_conflict(p_graph_id, p_key, p_seq, p_id, v_head.head_id, p_parents);
     END IF;
-    UPDATE cwstore.key_versions SET to_seq = p_seq
-     WHERE graph_id = p_graph_id AND key = p_key AND node_seq = v_head.head_seq;
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, v_head.version, v_head.head_seq, p_seq);
     UPDATE cwstore.key_heads SET head_seq = p_seq, head_id = p_id, version = v_head.version + 1
      WHERE graph_id = p_graph_id AND key = p_key;
-    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-    VALUES (p_graph_id, p_key, v_head.version + 1, p_seq, cwstore.infinity_seq());
   ELSE
     INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
     VALUES (p_graph_id, p_key, p_seq, p_id, 1, p_seq);
-    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-    VALUES (p_graph_id, p_key, 1, p_seq, cwstore.infinity_seq());
   END IF;
   RETURN v_parent_seqs;
 END $$;

@@ -24,11 +24,19 @@
 -- with the graph's row, where the nodes trigger has just put the fold. append_v1 looks
 -- for an id given twice by a statement only in a batch of more than three nodes.
 --
+-- key_versions keeps a key's closed versions only: its current version, still open,
+-- is its row of key_heads, which every append of the key reads and moves anyway. A
+-- version enters key_versions when the key moves on, closed then (one row written
+-- where there were two, and the row of a key's only version not at all); the readers
+-- of every version (key_history, the viewer's and the LangGraph saver's) take the
+-- head from key_heads. The open rows stored so far are deleted.
+--
 -- The truth about the schema is sql/schema/; the definitions below are copies of it,
 -- and tests/migration proves a database migrated here equal to one made from schema/.
 --
--- Safe with live writers: yes (each statement is one short catalog change; the rows
--- already stored passed the constraints, so none is checked again).
+-- Safe with live writers: yes. Each statement is one short catalog change (the rows
+-- already stored passed the constraints, so none is checked again), but for the open
+-- rows of key_versions, deleted while appends wait (nodes locked against writes).
 
 SET LOCAL citus.enable_unsafe_triggers = on;
 SET LOCAL citus.multi_shard_modify_mode = 'sequential';
@@ -373,9 +381,10 @@ BEGIN
     FROM cwstore._batch_fields(p_nodes) f;
   -- An id given twice is looked for by a statement only in a batch of more than three:
   -- in two or three, comparing them is cheaper than the statement's start.
-  IF cardinality(v_ids) > 1 THEN
-    IF cardinality(v_ids) > 3 OR v_ids[1] = v_ids[2] OR v_ids[1] = v_ids[3]
-       OR v_ids[2] = v_ids[3] THEN
+  IF cardinality(v_ids) > 3 THEN
+    PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+  ELSIF cardinality(v_ids) > 1 THEN
+    IF v_ids[1] = v_ids[2] OR v_ids[1] = v_ids[3] OR v_ids[2] = v_ids[3] THEN
       PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
     END IF;
   END IF;
@@ -439,4 +448,103 @@ BEGIN
     JOIN LATERAL (SELECT * FROM cwstore.nodes n
                    WHERE n.graph_id = v_graph_id AND n.id = u.id LIMIT 1) n ON true
    ORDER BY u.o;
+END $$;
+
+-- Appends wait from here to the commit: one that had begun moving a key's chain by the
+-- old functions finishes first (its open row is deleted below), any later one moves
+-- it by the new functions.
+LOCK TABLE cwstore.nodes IN SHARE MODE;
+ALTER TABLE cwstore.key_versions ALTER COLUMN to_seq DROP DEFAULT;
+ALTER TABLE cwstore.key_versions DISABLE TRIGGER key_versions_derived;
+DELETE FROM cwstore.key_versions v WHERE v.to_seq = cwstore.infinity_seq();
+ALTER TABLE cwstore.key_versions ENABLE TRIGGER key_versions_derived;
+COMMENT ON TABLE cwstore.key_versions IS
+  'Every closed version of every resource key (semantic keys included): version counts from 1 along the chain; the version was the head for node_seq <= s < to_seq. A key''s current version, still open, is its row of key_heads (head_seq, version).';
+
+-- _derive_chains(graph_id, keys, seqs, ids, parents): a batch's keyed nodes (in sequence
+-- order; parents as text[] literals) moved onto their resource chains. The first new
+-- version of a key must link to the key's head, each later one in the batch to the one
+-- before it; a node that does not is a lost race (CW410), whoever wrote it. The versions
+-- the batch closes enter key_versions, each key's last becomes its head (key_heads).
+CREATE OR REPLACE FUNCTION cwstore._derive_chains(p_graph_id bigint, k_key text[], k_seq bigint[],
+                                       k_id text[], k_parents text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_key text[];
+  v_seq bigint[];
+  v_id text[];
+  v_version bigint[];
+  v_next bigint[];
+  v_first bigint[];
+  v_rn bigint[];
+  v_base bigint[];
+BEGIN
+  WITH k AS (
+    SELECT k.*, h.version AS base_version, h.head_seq,
+           CASE WHEN k.rn = 1 THEN h.head_id ELSE k.prev_id END AS expected
+      FROM (SELECT u.key, u.seq, u.id, u.parents::text[] AS parents,
+                   row_number() OVER w AS rn, lag(u.id) OVER w AS prev_id,
+                   lead(u.seq) OVER w AS next_seq, first_value(u.seq) OVER w AS batch_first
+              FROM unnest(k_key, k_seq, k_id, k_parents) AS u(key, seq, id, parents)
+            WINDOW w AS (PARTITION BY u.key ORDER BY u.seq)) k
+      LEFT JOIN LATERAL (SELECT h.version, h.head_seq, h.head_id FROM cwstore.key_heads h
+                          WHERE h.graph_id = p_graph_id AND h.key = k.key LIMIT 1) h ON true
+  )
+  SELECT array_agg(k.key), array_agg(k.seq), array_agg(k.id),
+         array_agg(CASE WHEN k.expected IS NULL OR k.expected = ANY (k.parents)
+                        THEN coalesce(k.base_version, 0) + k.rn
+                        ELSE cwstore._chain_conflict(p_graph_id, k.key, k.seq, k.id,
+                                                     k.expected, k.parents)
+                   END),
+         array_agg(k.next_seq), array_agg(k.batch_first), array_agg(k.rn),
+         array_agg(k.head_seq)
+    INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
+    FROM k;
+  -- The versions this batch closes: each key's head before it (closed at its first
+  -- new version), and every new version but the key's last (closed at the next).
+  INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+  SELECT p_graph_id, u.key, u.version - 1, u.head_seq, u.seq
+    FROM unnest(v_key, v_version, v_seq, v_rn, v_base) AS u(key, version, seq, rn, head_seq)
+   WHERE u.rn = 1 AND u.head_seq IS NOT NULL
+  UNION ALL
+  SELECT p_graph_id, u.key, u.version, u.seq, u.next_seq
+    FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq)
+   WHERE u.next_seq IS NOT NULL;
+  INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
+  SELECT p_graph_id, u.key, u.seq, u.id, u.version, u.batch_first
+    FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)
+           AS u(key, seq, id, version, next_seq, batch_first)
+   WHERE u.next_seq IS NULL
+  ON CONFLICT (graph_id, key) DO UPDATE
+    SET head_seq = excluded.head_seq, head_id = excluded.head_id,
+        version = excluded.version;
+END $$;
+
+-- key_history(graph, key) -> (version, seq, id, kind, created_at, recorded_at, payload,
+--                             payload_text)
+--   Every version of a resource key (semantic keys as "semantic:<type>:<key>"), oldest
+--   first: version from 1, the node, its runtime createdAt, when the database stored it,
+--   and its payload (jsonb, and the exact text). Empty for a key the graph never had.
+--   Cost: O(v log n) for the v versions (the closed ones by key_versions_seq_idx, the
+--   head by key_heads_pkey, then nodes_pkey).
+CREATE OR REPLACE FUNCTION cwstore.key_history(p_graph text, p_key text)
+RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
+               recorded_at timestamptz, payload jsonb, payload_text text)
+LANGUAGE plpgsql STABLE ROWS 10 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  g record := cwstore._graph(p_graph);
+BEGIN
+  RETURN QUERY
+  SELECT v.version, v.node_seq, n.id, n.kind, n.created_at, n.recorded_at,
+         cwstore.payload_jsonb(n.payload_text),
+         n.payload_text
+    FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+           WHERE v.graph_id = g.graph_id AND v.key = p_key
+          UNION ALL
+          SELECT h.version, h.head_seq FROM cwstore.key_heads h
+           WHERE h.graph_id = g.graph_id AND h.key = p_key) v
+    JOIN LATERAL (SELECT n.id, n.kind, n.created_at, n.recorded_at, n.payload_text
+                    FROM cwstore.nodes n
+                   WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
+   ORDER BY v.version;
 END $$;

@@ -161,7 +161,7 @@ CREATE TABLE cwstore.key_versions (
   key       text NOT NULL,
   version   integer NOT NULL,
   node_seq  bigint NOT NULL,
-  to_seq    bigint NOT NULL DEFAULT cwstore.infinity_seq(),
+  to_seq    bigint NOT NULL,
   CONSTRAINT key_versions_check CHECK (node_seq < to_seq AND version >= 1)
 );
 -- Versions grow with node_seq along a key, so one index serves "version n" and "the
@@ -170,12 +170,13 @@ CREATE UNIQUE INDEX key_versions_seq_idx ON cwstore.key_versions (graph_id, key,
 -- The heads of every key at s: a version is the head of its key for
 -- node_seq <= s < to_seq, the same validity interval as a frontier span, so the same box
 -- index finds every closed version valid at s in one GiST scan; the versions still open
--- are the current heads (key_heads).
+-- are the current heads (key_heads). (Every row is closed: the predicate is from when
+-- the open versions were rows too, and holds for all.)
 CREATE INDEX key_versions_closed_idx ON cwstore.key_versions
   USING gist (cwstore.span_band(graph_id, node_seq, to_seq))
   WHERE to_seq <> cwstore.infinity_seq();
 COMMENT ON TABLE cwstore.key_versions IS
-  'Every version of every resource key (semantic keys included): version counts from 1 along the chain; the version is the head for node_seq <= s < to_seq.';
+  'Every closed version of every resource key (semantic keys included): version counts from 1 along the chain; the version was the head for node_seq <= s < to_seq. A key''s current version, still open, is its row of key_heads (head_seq, version).';
 
 CREATE TABLE cwstore.key_heads (
   graph_id   bigint NOT NULL,

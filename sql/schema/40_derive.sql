@@ -1,6 +1,6 @@
 -- 40_derive: the nodes triggers, which check a whole statement's new rows and write
--- what is derived from them, in the same transaction: edges, resource key versions and
--- heads, the graph's new length and current frontier; the frontier's history
+-- what is derived from them, in the same transaction: edges, resource key heads and
+-- closed versions, the graph's new length and current frontier; the frontier's history
 -- (frontier_spans) and running counts by kind (kind_counts) behind a watermark, a run
 -- of nodes at a time; and the trigger of declared frontiers.
 --
@@ -92,8 +92,9 @@ END $$;
 -- _derive_node(graph_id, seq, id, parents, resource_key) -> parent seqs: one new node's
 -- derived rows, for a statement of a few nodes, called in sequence order. One statement
 -- checks its parents (in order: sorted and listed once, existing, earlier) and records
--- the edges; a keyed node then checks and moves its chain. Returns its parents'
--- sequences, for the frontier's fold.
+-- the edges; a keyed node then checks and moves its chain: the key's head becomes a
+-- closed version (key_versions), the node the key's head (key_heads). Returns its
+-- parents' sequences, for the frontier's fold.
 CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text,
                                      p_parents text[], p_key text) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
@@ -132,17 +133,13 @@ BEGIN
     IF NOT (v_head.head_id = ANY (p_parents)) THEN
       PERFORM cwstore._chain_conflict(p_graph_id, p_key, p_seq, p_id, v_head.head_id, p_parents);
     END IF;
-    UPDATE cwstore.key_versions SET to_seq = p_seq
-     WHERE graph_id = p_graph_id AND key = p_key AND node_seq = v_head.head_seq;
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, v_head.version, v_head.head_seq, p_seq);
     UPDATE cwstore.key_heads SET head_seq = p_seq, head_id = p_id, version = v_head.version + 1
      WHERE graph_id = p_graph_id AND key = p_key;
-    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-    VALUES (p_graph_id, p_key, v_head.version + 1, p_seq, cwstore.infinity_seq());
   ELSE
     INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
     VALUES (p_graph_id, p_key, p_seq, p_id, 1, p_seq);
-    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-    VALUES (p_graph_id, p_key, 1, p_seq, cwstore.infinity_seq());
   END IF;
   RETURN v_parent_seqs;
 END $$;
@@ -359,7 +356,8 @@ END $$;
 -- _derive_chains(graph_id, keys, seqs, ids, parents): a batch's keyed nodes (in sequence
 -- order; parents as text[] literals) moved onto their resource chains. The first new
 -- version of a key must link to the key's head, each later one in the batch to the one
--- before it; a node that does not is a lost race (CW410), whoever wrote it.
+-- before it; a node that does not is a lost race (CW410), whoever wrote it. The versions
+-- the batch closes enter key_versions, each key's last becomes its head (key_heads).
 CREATE FUNCTION cwstore._derive_chains(p_graph_id bigint, k_key text[], k_seq bigint[],
                                        k_id text[], k_parents text[]) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -394,13 +392,16 @@ BEGIN
          array_agg(k.head_seq)
     INTO v_key, v_seq, v_id, v_version, v_next, v_first, v_rn, v_base
     FROM k;
-  UPDATE cwstore.key_versions v SET to_seq = c.seq
-    FROM unnest(v_key, v_seq, v_rn, v_base) AS c(key, seq, rn, head_seq)
-   WHERE c.rn = 1 AND c.head_seq IS NOT NULL
-     AND v.graph_id = p_graph_id AND v.key = c.key AND v.node_seq = c.head_seq;
+  -- The versions this batch closes: each key's head before it (closed at its first
+  -- new version), and every new version but the key's last (closed at the next).
   INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
-  SELECT p_graph_id, u.key, u.version, u.seq, coalesce(u.next_seq, cwstore.infinity_seq())
-    FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq);
+  SELECT p_graph_id, u.key, u.version - 1, u.head_seq, u.seq
+    FROM unnest(v_key, v_version, v_seq, v_rn, v_base) AS u(key, version, seq, rn, head_seq)
+   WHERE u.rn = 1 AND u.head_seq IS NOT NULL
+  UNION ALL
+  SELECT p_graph_id, u.key, u.version, u.seq, u.next_seq
+    FROM unnest(v_key, v_version, v_seq, v_next) AS u(key, version, seq, next_seq)
+   WHERE u.next_seq IS NOT NULL;
   INSERT INTO cwstore.key_heads AS h (graph_id, key, head_seq, head_id, version, first_seq)
   SELECT p_graph_id, u.key, u.seq, u.id, u.version, u.batch_first
     FROM unnest(v_key, v_seq, v_id, v_version, v_next, v_first)

@@ -1109,9 +1109,10 @@ BEGIN
     FROM cwstore._batch_fields(p_nodes) f;
   -- An id given twice is looked for by a statement only in a batch of more than three:
   -- in two or three, comparing them is cheaper than the statement's start.
-  IF cardinality(v_ids) > 1 THEN
-    IF cardinality(v_ids) > 3 OR v_ids[1] = v_ids[2] OR v_ids[1] = v_ids[3]
-       OR v_ids[2] = v_ids[3] THEN
+  IF cardinality(v_ids) > 3 THEN
+    PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
+  ELSIF cardinality(v_ids) > 1 THEN
+    IF v_ids[1] = v_ids[2] OR v_ids[1] = v_ids[3] OR v_ids[2] = v_ids[3] THEN
       PERFORM cwstore._refuse_repeated(v_ids, v_kinds, v_parents, v_payloads, v_keys);
     END IF;
   END IF;

@@ -570,7 +570,8 @@ COMMENT ON FUNCTION cwstore.path(text, text, text) IS
 --   Every version of a resource key (semantic keys as "semantic:<type>:<key>"), oldest
 --   first: version from 1, the node, its runtime createdAt, when the database stored it,
 --   and its payload (jsonb, and the exact text). Empty for a key the graph never had.
---   Cost: O(v log n) for the v versions (key_versions_seq_idx, then nodes_pkey).
+--   Cost: O(v log n) for the v versions (the closed ones by key_versions_seq_idx, the
+--   head by key_heads_pkey, then nodes_pkey).
 CREATE FUNCTION cwstore.key_history(p_graph text, p_key text)
 RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
                recorded_at timestamptz, payload jsonb, payload_text text)
@@ -582,11 +583,14 @@ BEGIN
   SELECT v.version, v.node_seq, n.id, n.kind, n.created_at, n.recorded_at,
          cwstore.payload_jsonb(n.payload_text),
          n.payload_text
-    FROM cwstore.key_versions v
+    FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+           WHERE v.graph_id = g.graph_id AND v.key = p_key
+          UNION ALL
+          SELECT h.version, h.head_seq FROM cwstore.key_heads h
+           WHERE h.graph_id = g.graph_id AND h.key = p_key) v
     JOIN LATERAL (SELECT n.id, n.kind, n.created_at, n.recorded_at, n.payload_text
                     FROM cwstore.nodes n
                    WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
-   WHERE v.graph_id = g.graph_id AND v.key = p_key
    ORDER BY v.version;
 END $$;
 COMMENT ON FUNCTION cwstore.key_history(text, text) IS

@@ -184,8 +184,8 @@ def chain(conn: Conn) -> tuple[int, list[dict[str, Any]]]:
         (
             "key_versions",
             "INSERT",
-            "INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq)"
-            " VALUES (%(g)s, 'src/b.ts', 1, 2)",
+            "INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)"
+            " VALUES (%(g)s, 'src/b.ts', 1, 2, 3)",
         ),
         (
             "key_heads",
@@ -604,7 +604,7 @@ def test_valid_raw_inserts_maintain_the_derived_tables(conn: Conn) -> None:
     assert rows(
         "SELECT key, version, node_seq, to_seq FROM cwstore.key_versions"
         " WHERE graph_id = %s ORDER BY version"
-    ) == [("src/a.ts", 1, 3, 4), ("src/a.ts", 2, 4, INF)]
+    ) == [("src/a.ts", 1, 3, 4)]  # closed versions only: the head is key_heads'
     assert rows(
         "SELECT key, head_seq, head_id, version, first_seq FROM cwstore.key_heads"
         " WHERE graph_id = %s"

@@ -17,6 +17,7 @@ must equal SPEC section 4's fold over the stored nodes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import time
@@ -312,15 +313,15 @@ async def _check_graph(admin: asyncpg.Connection, graph: str, writers: list[Soak
     for key, (_, version) in heads.items():
         chain_seqs = [i + 1 for i, n in enumerate(nodes) if n.get("resourceKey") == key]
         assert version == len(chain_seqs)
-        versions = await admin.fetch(
-            "SELECT version, node_seq FROM cwstore.key_versions"
+        closed = await admin.fetch(
+            "SELECT version, node_seq, to_seq FROM cwstore.key_versions"
             " WHERE graph_id = $1 AND key = $2 ORDER BY version",
             graph_id,
             key,
         )
-        assert [(v["version"], v["node_seq"]) for v in versions] == list(
-            enumerate(chain_seqs, start=1)
-        )
+        assert [(v["version"], v["node_seq"], v["to_seq"]) for v in closed] == [
+            (i, s, t) for i, (s, t) in enumerate(itertools.pairwise(chain_seqs), start=1)
+        ]
     assert await admin.fetchval(
         "SELECT count(*) FROM cwstore.edges WHERE graph_id = $1", graph_id
     ) == sum(len(n["parents"]) for n in nodes)
