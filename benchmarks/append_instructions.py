@@ -29,8 +29,11 @@ The workloads:
   (every node a LangGraph saver writes is keyed).
 - **batch of 10**: ``append_v1`` of ten nodes, a chain (per node).
 - **checkpoint**: ``append_v1`` of one keyed node with a LangGraph checkpoint's payload
-  (``CHECKPOINT``), the next version of its key, declaring it the frontier: a LangGraph
-  saver's put.
+  (``CHECKPOINT``), the next version of its key, declaring it the frontier.
+- **LangGraph put** (per put, two nodes): what cwstore's LangGraph saver appends for a
+  step that adds a message: the message (row 8's payload), the next version of the
+  message chain's key, then the checkpoint (``CHECKPOINT``), the first version of a key
+  of its own, its parents the message and the checkpoint before, declared the frontier.
 
 Run as root, PostgreSQL runs as ``--os-user`` (``postgres`` by default). The cluster is
 deleted at the end.
@@ -126,6 +129,31 @@ BEGIN
     COMMIT;
   END LOOP;
 END $$;
+
+CREATE PROCEDURE bench_put(p_calls integer) LANGUAGE plpgsql AS $$
+DECLARE
+  v_message json := (SELECT payload FROM bench_payload WHERE name = 'row 8')::json;
+  v_checkpoint json := (SELECT payload FROM bench_payload WHERE name = 'checkpoint')::json;
+  v_m text;
+  v_c text;
+BEGIN
+  FOR i IN 1 .. p_calls LOOP
+    v_m := 'cw_' || lpad(to_hex(2 * i - 1), 24, '0');
+    v_c := 'cw_' || lpad(to_hex(2 * i), 24, '0');
+    PERFORM * FROM cwstore.append_v1('bench', json_build_array(
+      json_build_object('id', v_m, 'kind', 'inference',
+        'parents', CASE WHEN i = 1 THEN '[]'::json
+                        ELSE json_build_array('cw_' || lpad(to_hex(2 * i - 3), 24, '0')) END,
+        'payload', v_message, 'createdAt', '2026-01-01T00:00:00.000Z',
+        'resourceKey', 'lg:msg:messages'),
+      json_build_object('id', v_c, 'kind', 'verification',
+        'parents', CASE WHEN i = 1 THEN json_build_array(v_m)
+                        ELSE json_build_array('cw_' || lpad(to_hex(2 * i - 2), 24, '0'), v_m) END,
+        'payload', v_checkpoint, 'createdAt', '2026-01-01T00:00:00.000Z',
+        'resourceKey', 'lg:cp:' || i)), NULL, json_build_array(v_c));
+    COMMIT;
+  END LOOP;
+END $$;
 """
 
 
@@ -150,6 +178,7 @@ WORKLOADS = (
     Workload(
         "checkpoint", "CALL bench_append({calls}, 1, 'verification', 'cp', 'checkpoint', true)", 1
     ),
+    Workload("LangGraph put", "CALL bench_put({calls})", 2),
 )
 
 COLLECTED = re.compile(r"Collected : (\d+)")
