@@ -100,7 +100,11 @@ SELECT cwstore.projection_v1($1, CASE WHEN $3::timestamptz IS NULL THEN $2::bigi
 -- name: key_history
 -- Every version of key $2 in graph $1, oldest first: the closed ones, then the head.
 SELECT v.version, n.seq, n.id, n.kind, n.created_at_text, n.recorded_at, n.payload_text
-  FROM cwstore._key_versions($1, $2) v
+  FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+         WHERE v.graph_id = $1 AND v.key = $2
+        UNION ALL
+        SELECT h.version, h.head_seq FROM cwstore.key_heads h
+         WHERE h.graph_id = $1 AND h.key = $2) v
   JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = v.node_seq
  ORDER BY v.version
 

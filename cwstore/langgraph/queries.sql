@@ -55,10 +55,15 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
                           FROM cwstore.nodes n
                          WHERE n.graph_id = $1::bigint AND n.id = e.node_id
                          LIMIT 1) n ON true
-          JOIN LATERAL (SELECT v.version
-                          FROM cwstore._key_versions($1::bigint,
-                                                     n.resource_key COLLATE "default") v
-                         WHERE v.node_seq = n.seq
+          JOIN LATERAL (SELECT v.version FROM cwstore.key_versions v
+                         WHERE v.graph_id = $1::bigint
+                           AND v.key = n.resource_key COLLATE "default"
+                           AND v.node_seq = n.seq
+                        UNION ALL
+                        SELECT h.version FROM cwstore.key_heads h
+                         WHERE h.graph_id = $1::bigint
+                           AND h.key = n.resource_key COLLATE "default"
+                           AND h.head_seq = n.seq
                          LIMIT 1) v ON true
         UNION ALL
         -- One set-returning function over the segments (not one per channel, then one
@@ -87,7 +92,13 @@ SELECT c.seq, p.part, p.key, p.version, p.last, p.id, p.payload_text
           FROM jsonb_array_elements(jsonb_path_query_array(cp.head, '$.messages.*[*]')) s(seg)
         UNION ALL
         SELECT 2, NULL, v.version, NULL, n.id, n.payload_text
-          FROM cwstore._key_versions($1::bigint, $3::text || (cp.head ->> 'checkpoint_id')) v
+          FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+                 WHERE v.graph_id = $1::bigint
+                   AND v.key = $3::text || (cp.head ->> 'checkpoint_id')
+                UNION ALL
+                SELECT h.version, h.head_seq FROM cwstore.key_heads h
+                 WHERE h.graph_id = $1::bigint
+                   AND h.key = $3::text || (cp.head ->> 'checkpoint_id')) v
           JOIN LATERAL (SELECT n.id, n.payload_text FROM cwstore.nodes n
                          WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
                          LIMIT 1) n ON true) p
@@ -115,12 +126,17 @@ SELECT n.id, n.payload_text
 -- lg:part:<sha256>) in graph $1 (graph_id) named $2 (none when the graph at that key is
 -- not named $2): each version's payload text, in order.
 SELECT v.version, n.payload_text
-  FROM cwstore._key_versions($1::bigint, $3::text) v
+  FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+         WHERE v.graph_id = $1::bigint AND v.key = $3::text
+           AND v.version BETWEEN $4::int AND $5::int
+        UNION ALL
+        SELECT h.version, h.head_seq FROM cwstore.key_heads h
+         WHERE h.graph_id = $1::bigint AND h.key = $3::text
+           AND h.version BETWEEN $4::int AND $5::int) v
   JOIN cwstore.graphs g ON g.graph_id = $1::bigint AND g.name = $2::text
   JOIN LATERAL (SELECT n.payload_text FROM cwstore.nodes n
                  WHERE n.graph_id = $1::bigint AND n.seq = v.node_seq
                  LIMIT 1) n ON true
- WHERE v.version BETWEEN $4::int AND $5::int
  ORDER BY v.node_seq
 
 -- name: graph

@@ -86,7 +86,11 @@ SELECT coalesce(max(version), 0) FROM cwstore.key_heads WHERE graph_id = $1 AND 
 -- characters of each payload text and its size in bytes (never the whole payload).
 SELECT v.version, n.seq, n.id, n.kind, n.created_at_text,
        left(n.payload_text, $4) AS preview, octet_length(n.payload_text) AS bytes
-  FROM cwstore._key_versions($1, $2) v
+  FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+         WHERE v.graph_id = $1 AND v.key = $2
+        UNION ALL
+        SELECT h.version, h.head_seq FROM cwstore.key_heads h
+         WHERE h.graph_id = $1 AND h.key = $2) v
   JOIN cwstore.nodes n ON n.graph_id = $1 AND n.seq = v.node_seq
  ORDER BY v.version DESC
  LIMIT $3

@@ -520,28 +520,13 @@ BEGIN
         version = excluded.version;
 END $$;
 
--- _key_versions(graph_id, key) -> (version, node_seq): every version of a key, in no
--- order: its closed versions (key_versions) and its head (key_heads). One SELECT in SQL,
--- so PostgreSQL inlines it into the statement that reads it, and a condition there on
--- version or node_seq is a condition of each part's index scan.
-CREATE FUNCTION cwstore._key_versions(p_graph_id bigint, p_key text)
-RETURNS TABLE (version integer, node_seq bigint)
-LANGUAGE sql STABLE AS $$
-  SELECT v.version, v.node_seq FROM cwstore.key_versions v
-   WHERE v.graph_id = p_graph_id AND v.key = p_key
-  UNION ALL
-  SELECT h.version, h.head_seq FROM cwstore.key_heads h
-   WHERE h.graph_id = p_graph_id AND h.key = p_key
-$$;
-COMMENT ON FUNCTION cwstore._key_versions(bigint, text) IS
-  'Private: (version, node_seq) of every version of a key of a graph_id, in no order: the closed ones (key_versions) and the head (key_heads).';
-
 -- key_history(graph, key) -> (version, seq, id, kind, created_at, recorded_at, payload,
 --                             payload_text)
 --   Every version of a resource key (semantic keys as "semantic:<type>:<key>"), oldest
 --   first: version from 1, the node, its runtime createdAt, when the database stored it,
 --   and its payload (jsonb, and the exact text). Empty for a key the graph never had.
---   Cost: O(v log n) for the v versions (_key_versions, then nodes_pkey).
+--   Cost: O(v log n) for the v versions (the closed ones by key_versions_seq_idx, the
+--   head by key_heads_pkey, then nodes_pkey).
 CREATE OR REPLACE FUNCTION cwstore.key_history(p_graph text, p_key text)
 RETURNS TABLE (version integer, seq bigint, id text, kind text, created_at timestamptz,
                recorded_at timestamptz, payload jsonb, payload_text text)
@@ -553,7 +538,11 @@ BEGIN
   SELECT v.version, v.node_seq, n.id, n.kind, n.created_at, n.recorded_at,
          cwstore.payload_jsonb(n.payload_text),
          n.payload_text
-    FROM cwstore._key_versions(g.graph_id, p_key) v
+    FROM (SELECT v.version, v.node_seq FROM cwstore.key_versions v
+           WHERE v.graph_id = g.graph_id AND v.key = p_key
+          UNION ALL
+          SELECT h.version, h.head_seq FROM cwstore.key_heads h
+           WHERE h.graph_id = g.graph_id AND h.key = p_key) v
     JOIN LATERAL (SELECT n.id, n.kind, n.created_at, n.recorded_at, n.payload_text
                     FROM cwstore.nodes n
                    WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
