@@ -992,7 +992,10 @@ BEGIN
     SELECT g.frontier_seqs INTO v_frontier FROM cwstore.graphs g WHERE g.graph_id = p_graph_id;
     IF cardinality(v_frontier) = cardinality(p_heads) THEN
       FOR i IN 1 .. cardinality(p_heads) LOOP
-        IF NOT coalesce(p_ids[v_frontier[i] - p_len] = p_heads[i], false) THEN
+        -- A head the batch did not write (at or below length) is not the batch's.
+        IF NOT (CASE WHEN v_frontier[i] > p_len
+                     THEN coalesce(p_ids[v_frontier[i] - p_len] = p_heads[i], false)
+                     ELSE false END) THEN
           v_frontier := NULL;
           EXIT;
         END IF;
