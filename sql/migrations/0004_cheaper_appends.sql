@@ -24,6 +24,12 @@
 -- with the graph's row, where the nodes trigger has just put the fold. append_v1 looks
 -- for an id given twice by a statement only in a batch of more than three nodes.
 --
+-- append_v1 runs fewer statements: _batch_fields is a SQL function of one SELECT that
+-- PostgreSQL inlines into the statement that reads it (append_v1 raises its problem),
+-- _frontier_heads reads a declared frontier in one statement, append_v1 returns the rows
+-- of a batch it wrote whole without a query, and the nodes trigger takes a single
+-- node's fields from the aggregate that sums its statement up.
+--
 -- key_versions keeps a key's closed versions only: its current version, still open,
 -- is its row of key_heads, which every append of the key reads and moves anyway. A
 -- version enters key_versions when the key moves on, closed then (one row written
@@ -298,6 +304,118 @@ END $$;
 COMMENT ON TABLE cwstore.frontier_declarations IS
   'Frontiers declared by writers (an imported document''s, or one given with an append unless the fold of its own nodes gave that frontier already), exactly as given, at the graph length when declared (the last at a length is the frontier there). One declared past the graph''s derived_length enters frontier_spans when that run is derived.';
 
+DROP FUNCTION cwstore._batch_fields(json);
+-- _batch_fields(nodes, hidden): append_v1's batch (a JSON array), each node's fields as
+-- arrays in the batch's order (parents as JSON array texts; payloads byte for byte, a
+-- \u0000 in them kept: hidden says the batch's \u0000 escapes were hidden by
+-- cwstore._nul_hide, which PostgreSQL's JSON functions refuse), and the first node with
+-- a problem, if any: its position (bad, from 1), the problem ('code|path|message') and
+-- its id when that is a string. Every node is checked for its JSON types, for what the
+-- table's constraints would refuse and for _node_problem; append_v1 raises the problem
+-- (CW400, with the safeguard code, the node's position and the path). Each node's
+-- members are read once (json_each): PostgreSQL's JSON functions keep an allocation for
+-- every name and scalar they read until the row is done, so each more reading of a 4
+-- MiB payload of small values would cost tens of MB. The rows come in the array's
+-- order, aggregated without a sort (a sort would hold every payload again). A SQL
+-- function of one SELECT, set-returning, so that PostgreSQL inlines it into the
+-- statement that reads it: a call of a function of its own costs more than its checks
+-- of a small node.
+CREATE FUNCTION cwstore._batch_fields(p_nodes json, p_hidden boolean)
+RETURNS TABLE (b_ids text[], b_kinds text[], b_parents text[], b_payloads text[],
+               b_created text[], b_keys text[], bad bigint, problem text, bad_id text)
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(array_agg(f.id #>> '{}'), '{}'), array_agg(f.kind #>> '{}'),
+         array_agg(f.parents::text), array_agg(f.payload), array_agg(f."createdAt" #>> '{}'),
+         array_agg(f."resourceKey" #>> '{}'),
+         min(f.o) FILTER (WHERE f.problem IS NOT NULL),
+         (array_agg(f.problem) FILTER (WHERE f.problem IS NOT NULL))[1],
+         (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END)
+            FILTER (WHERE f.problem IS NOT NULL))[1]
+    FROM (SELECT c.*,
+                 coalesce(c.problem0,
+                          cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
+                                                c."resourceKey" #>> '{}')) AS problem
+            FROM (SELECT a.o, r.id, r.kind, r.parents, r."createdAt", r."resourceKey",
+                         CASE WHEN p_hidden THEN cwstore._nul_show(r.payload)
+                              ELSE r.payload END AS payload,
+                 CASE
+                   WHEN json_typeof(a.e) <> 'object' THEN 'shape|$|node must be a JSON object'
+                   WHEN r.fields <> r.names
+                     THEN 'shape|$|node repeats a member name (JSON.parse would keep only the last)'
+                   WHEN json_typeof(r.id) IS DISTINCT FROM 'string'
+                     THEN 'shape|$.id|id must be a string'
+                   WHEN NOT r.has_kind
+                     THEN 'shape|$|node is missing field kind'
+                   WHEN json_typeof(r.kind) IS DISTINCT FROM 'string'
+                     THEN 'kind|$.kind|kind must be one of the ten kinds (a string)'
+                   WHEN json_typeof(r.parents) IS DISTINCT FROM 'array'
+                     THEN 'shape|$.parents|parents must be an array'
+                   WHEN r.payload IS NULL THEN 'shape|$|payload is missing'
+                   WHEN json_typeof(r."createdAt") IS DISTINCT FROM 'string'
+                     THEN 'shape|$.createdAt|createdAt must be a string'
+                   WHEN r."resourceKey" IS NOT NULL AND json_typeof(r."resourceKey") <> 'string'
+                     THEN 'shape|$.resourceKey|resourceKey must be a string when present'
+                   WHEN r.unknown
+                     THEN 'shape|$|unknown node field'
+                   WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
+                                 WHERE json_typeof(pe) <> 'string')
+                     THEN 'shape|$.parents|parents must be string ids'
+                   WHEN p_hidden AND strpos(r.id::text || r.kind::text || r."createdAt"::text
+                                            || coalesce(r."resourceKey"::text, '')
+                                            || r.parents::text, '\\u0000') > 0
+                     THEN 'unrepresentable|$|U+0000 outside a payload cannot be stored'
+                   WHEN NOT ((r.kind #>> '{}') = ANY (cwstore.node_kinds()))
+                     THEN 'kind|$.kind|kind is not one of the ten'
+                   WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
+                     THEN 'identity|$.id|id must be cw_ and 24 lowercase hex digits'
+                   WHEN (r."resourceKey" #>> '{}') = ''
+                     THEN 'shape|$.resourceKey|resourceKey must not be empty'
+                 END AS problem0
+            FROM json_array_elements(p_nodes) WITH ORDINALITY AS a(e, o)
+            CROSS JOIN LATERAL (
+                   SELECT count(*) AS fields, count(DISTINCT m.k) AS names,
+                          coalesce(bool_or(m.k = 'kind'), false) AS has_kind,
+                          coalesce(bool_or(m.k NOT IN ('id', 'kind', 'parents', 'payload',
+                                                       'createdAt', 'sequence', 'resourceKey')),
+                                   false) AS unknown,
+                          min(m.v::text) FILTER (WHERE m.k = 'id' AND json_typeof(m.v) <> 'null')::json AS id,
+                          min(m.v::text) FILTER (WHERE m.k = 'kind' AND json_typeof(m.v) <> 'null')::json AS kind,
+                          min(m.v::text) FILTER (WHERE m.k = 'parents' AND json_typeof(m.v) <> 'null')::json AS parents,
+                          min(m.v::text) FILTER (WHERE m.k = 'payload' AND json_typeof(m.v) <> 'null') AS payload,
+                          min(m.v::text) FILTER (WHERE m.k = 'createdAt' AND json_typeof(m.v) <> 'null')::json AS "createdAt",
+                          min(m.v::text) FILTER (WHERE m.k = 'resourceKey' AND json_typeof(m.v) <> 'null')::json AS "resourceKey"
+                     FROM json_each(CASE json_typeof(a.e) WHEN 'object' THEN a.e ELSE '{}' END)
+                          AS m(k, v)) r) c
+          OFFSET 0) f
+$$;
+
+-- _frontier_heads(frontier): a declared frontier (a JSON array of node ids) as text[];
+-- NULL for NULL; CW400 at $.frontier for anything else.
+CREATE OR REPLACE FUNCTION cwstore._frontier_heads(p_frontier json) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_heads text[];
+  v_ids boolean;
+BEGIN
+  IF p_frontier IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF cwstore._lone_surrogate(p_frontier::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
+      'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+  IF json_typeof(p_frontier) = 'array' THEN
+    SELECT coalesce(array_agg(f #>> '{}'), '{}'), coalesce(bool_and(json_typeof(f) = 'string'), true)
+      INTO v_heads, v_ids
+      FROM json_array_elements(p_frontier) AS f;
+  END IF;
+  IF NOT coalesce(v_ids, false) THEN
+    PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
+                               'frontier must be a JSON array of node ids');
+  END IF;
+  RETURN v_heads;
+END $$;
+
 -- append_v1(graph, nodes, expected_length, frontier, incarnation)
 --   nodes: a JSON array of runtime nodes {id, kind, parents, payload, createdAt,
 --   resourceKey?} (sequence is assigned here; one given is ignored). Each payload is
@@ -349,6 +467,10 @@ DECLARE
   v_payloads text[];
   v_created text[];
   v_keys text[];
+  v_hidden boolean;
+  v_bad bigint;
+  v_problem text;
+  v_bad_id text;
   v_now timestamptz := now();
 BEGIN
   IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
@@ -379,9 +501,23 @@ BEGIN
                                   coalesce(v_len, 0));
   END IF;
 
-  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys
-    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys
-    FROM cwstore._batch_fields(p_nodes) f;
+  -- The batch's nodes, checked: a \u0000 hidden first (reversibly), as PostgreSQL's JSON
+  -- functions refuse it; the first node with a problem refused (CW400, its position).
+  IF cwstore._lone_surrogate(p_nodes::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
+      'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+  v_hidden := strpos(p_nodes::text, '\u0000') > 0;
+  IF v_hidden THEN
+    p_nodes := cwstore._nul_hide(p_nodes::text)::json;
+  END IF;
+  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys, f.bad, f.problem,
+         f.bad_id
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_bad, v_problem, v_bad_id
+    FROM cwstore._batch_fields(p_nodes, v_hidden) f;
+  IF v_bad IS NOT NULL THEN
+    PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
+  END IF;
   -- An id given twice is looked for by a statement only in a batch of more than three:
   -- in two or three, comparing them is cheaper than the statement's start.
   IF cardinality(v_ids) > 3 THEN
@@ -437,11 +573,17 @@ BEGIN
   END IF;
 
   -- Every node new and given once: the rows are what was just written, in order.
+  -- (Row by row, not RETURN QUERY: no statement to start for what is known already.)
   IF v_new = cardinality(v_ids) THEN
-    RETURN QUERY
-    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text, v_life.life_incarnation
-      FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-     ORDER BY u.o;
+    written := true;
+    recorded_at := v_now;
+    incarnation := v_life.life_incarnation;
+    FOR i IN 1 .. v_new LOOP
+      seq := v_len + i;
+      id := v_ids[i];
+      created_at := v_created[i];
+      RETURN NEXT;
+    END LOOP;
     RETURN;
   END IF;
   RETURN QUERY
@@ -551,3 +693,153 @@ BEGIN
                    WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
    ORDER BY v.version;
 END $$;
+
+-- The nodes trigger reads a single node's fields in the aggregate that sums the statement
+-- up (no statement of its own to read that one row).
+CREATE OR REPLACE FUNCTION cwstore._nodes_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+DECLARE
+  nd record;
+  v_rows bigint;
+  v_semantic boolean;
+  v_keyed boolean;
+  v_gid bigint;
+  v_gid_last bigint;
+  v_lo bigint;
+  v_hi bigint;
+  v_gids bigint[];
+  v_los bigint[];
+  v_his bigint[];
+  v_cnts bigint[];
+  v_work_mem text;
+  v_jit text;
+  a_seq bigint[];
+  a_id text[];
+  v_new bigint[];
+  v_closed bigint[];
+  v_parent_seqs bigint[];
+  v_lag bigint;
+  s_seq bigint[];
+  s_id text[];
+  s_payload text[];
+  s_key text[];
+  p_child bigint[];
+  p_id text[];
+  p_pos integer[];
+  p_pid text[];
+  p_prev text[];
+  p_folds boolean[];
+  k_key text[];
+  k_seq bigint[];
+  k_id text[];
+  k_parents text[];
+  v_one_id text;
+  v_one_kind text;
+  v_one_parents text[];
+  v_one_key text;
+BEGIN
+  -- The batch's graphs (usually one: then one aggregate gives its first and last
+  -- sequence and count, the others only when there are more), what its nodes hold and,
+  -- for a single node, the node itself (min of one row: its own fields).
+  SELECT min(n.graph_id), max(n.graph_id), min(n.seq), max(n.seq), count(*),
+         bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL),
+         min(n.id), min(n.kind), min(n.parents), min(n.resource_key)
+    INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed,
+         v_one_id, v_one_kind, v_one_parents, v_one_key
+    FROM new_nodes n;
+  IF v_gid IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF v_gid = v_gid_last THEN
+    v_gids := ARRAY[v_gid];
+    v_los := ARRAY[v_lo];
+    v_his := ARRAY[v_hi];
+    v_cnts := ARRAY[v_rows];
+  ELSE
+    SELECT array_agg(x.graph_id), array_agg(x.lo), array_agg(x.hi), array_agg(x.cnt)
+      INTO v_gids, v_los, v_his, v_cnts
+      FROM (SELECT n.graph_id, min(n.seq) AS lo, max(n.seq) AS hi, count(*) AS cnt
+              FROM new_nodes n GROUP BY n.graph_id) x;
+  END IF;
+
+  IF v_semantic THEN
+    FOREACH v_gid IN ARRAY v_gids LOOP
+      SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
+             array_agg(n.payload_text ORDER BY n.seq), array_agg(n.resource_key ORDER BY n.seq)
+        INTO s_seq, s_id, s_payload, s_key
+        FROM new_nodes n WHERE n.kind = 'semantic' AND n.graph_id = v_gid;
+      IF s_seq IS NOT NULL THEN
+        PERFORM cwstore._check_semantic(v_gid, s_seq, s_id, s_payload, s_key);
+      END IF;
+    END LOOP;
+  END IF;
+
+  IF v_rows > 3 THEN
+    v_work_mem := current_setting('work_mem');
+    v_jit := current_setting('jit');
+    PERFORM set_config('work_mem', '64MB', true), set_config('jit', 'off', true);
+  END IF;
+  FOR i IN 1 .. cardinality(v_gids) LOOP
+    v_gid := v_gids[i];
+    v_new := NULL;
+    v_closed := NULL;
+    IF v_rows = 1 THEN
+      v_parent_seqs := cwstore._derive_node(v_gid, v_lo, v_one_id COLLATE "default",
+                                            v_one_parents, v_one_key COLLATE "default");
+      IF NOT (v_one_kind = 'semantic' OR (v_one_kind = 'system' AND cardinality(v_one_parents) = 0)) THEN
+        v_new := ARRAY[v_lo];
+        v_closed := v_parent_seqs;
+      END IF;
+    ELSIF v_rows <= 3 THEN
+      FOR nd IN SELECT n.seq, n.id, n.kind, n.parents, n.resource_key
+                  FROM new_nodes n WHERE n.graph_id = v_gid ORDER BY n.seq LOOP
+        -- The ids and keys as the default collation: nodes' are "C", and a "C" argument
+        -- would make every text comparison in _derive_node "C", which the indexes of
+        -- key_heads and key_versions cannot serve (a scan of the graph's rows).
+        v_parent_seqs := cwstore._derive_node(v_gid, nd.seq, nd.id COLLATE "default",
+                                              nd.parents, nd.resource_key COLLATE "default");
+        IF NOT (nd.kind = 'semantic' OR (nd.kind = 'system' AND cardinality(nd.parents) = 0)) THEN
+          v_new := v_new || nd.seq;
+          v_closed := v_closed || v_parent_seqs;
+        END IF;
+      END LOOP;
+    ELSE
+      SELECT array_agg(n.seq ORDER BY n.seq), array_agg(n.id ORDER BY n.seq),
+             array_agg(n.seq ORDER BY n.seq)
+               FILTER (WHERE NOT (n.kind = 'semantic' OR (n.kind = 'system' AND cardinality(n.parents) = 0)))
+        INTO a_seq, a_id, v_new
+        FROM new_nodes n WHERE n.graph_id = v_gid;
+      -- One row per (child, parent), with the parent before it in the child's list.
+      -- (lag(), not an element found by its index: a text[] element is read from the
+      -- array's start, quadratic in a node's parents.)
+      SELECT array_agg(u.seq), array_agg(u.id), array_agg(u.ord::integer - 1), array_agg(u.pid),
+             array_agg(u.prev), array_agg(u.folds)
+        INTO p_child, p_id, p_pos, p_pid, p_prev, p_folds
+        FROM (SELECT n.seq, n.id, x.ord, x.pid,
+                     lag(x.pid) OVER (PARTITION BY n.seq ORDER BY x.ord) AS prev,
+                     n.kind <> 'semantic' AS folds
+                FROM new_nodes n, unnest(n.parents) WITH ORDINALITY AS x(pid, ord)
+               WHERE n.graph_id = v_gid) u;
+      v_closed := cwstore._derive_parents(v_gid, a_seq, a_id, p_child, p_id, p_pos, p_pid,
+                                          p_prev, p_folds);
+      IF v_keyed THEN
+        SELECT array_agg(n.resource_key ORDER BY n.seq), array_agg(n.seq ORDER BY n.seq),
+               array_agg(n.id ORDER BY n.seq), array_agg(n.parents::text ORDER BY n.seq)
+          INTO k_key, k_seq, k_id, k_parents
+          FROM new_nodes n WHERE n.graph_id = v_gid AND n.resource_key IS NOT NULL;
+        IF k_key IS NOT NULL THEN
+          PERFORM cwstore._derive_chains(v_gid, k_key, k_seq, k_id, k_parents);
+        END IF;
+      END IF;
+    END IF;
+    v_lag := cwstore._advance_length(v_gid, v_los[i], v_his[i], v_cnts[i], v_new, v_closed);
+    IF v_lag >= cwstore.derive_lag() THEN
+      PERFORM cwstore._derive_history(v_gid, v_his[i]);
+    END IF;
+  END LOOP;
+  IF v_rows > 3 THEN
+    PERFORM set_config('work_mem', v_work_mem, true), set_config('jit', v_jit, true);
+  END IF;
+  RETURN NULL;
+END
+$body$;

@@ -623,12 +623,19 @@ DECLARE
   k_seq bigint[];
   k_id text[];
   k_parents text[];
+  v_one_id text;
+  v_one_kind text;
+  v_one_parents text[];
+  v_one_key text;
 BEGIN
   -- The batch's graphs (usually one: then one aggregate gives its first and last
-  -- sequence and count, the others only when there are more) and what its nodes hold.
+  -- sequence and count, the others only when there are more), what its nodes hold and,
+  -- for a single node, the node itself (min of one row: its own fields).
   SELECT min(n.graph_id), max(n.graph_id), min(n.seq), max(n.seq), count(*),
-         bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL)
-    INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed
+         bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL),
+         min(n.id), min(n.kind), min(n.parents), min(n.resource_key)
+    INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed,
+         v_one_id, v_one_kind, v_one_parents, v_one_key
     FROM new_nodes n;
   IF v_gid IS NULL THEN
     RETURN NULL;
@@ -666,7 +673,14 @@ BEGIN
     v_gid := v_gids[i];
     v_new := NULL;
     v_closed := NULL;
-    IF v_rows <= 3 THEN
+    IF v_rows = 1 THEN
+      v_parent_seqs := cwstore._derive_node(v_gid, v_lo, v_one_id COLLATE "default",
+                                            v_one_parents, v_one_key COLLATE "default");
+      IF NOT (v_one_kind = 'semantic' OR (v_one_kind = 'system' AND cardinality(v_one_parents) = 0)) THEN
+        v_new := ARRAY[v_lo];
+        v_closed := v_parent_seqs;
+      END IF;
+    ELSIF v_rows <= 3 THEN
       FOR nd IN SELECT n.seq, n.id, n.kind, n.parents, n.resource_key
                   FROM new_nodes n WHERE n.graph_id = v_gid ORDER BY n.seq LOOP
         -- The ids and keys as the default collation: nodes' are "C", and a "C" argument

@@ -702,6 +702,9 @@ END $$;
 -- NULL for NULL; CW400 at $.frontier for anything else.
 CREATE FUNCTION cwstore._frontier_heads(p_frontier json) RETURNS text[]
 LANGUAGE plpgsql AS $$
+DECLARE
+  v_heads text[];
+  v_ids boolean;
 BEGIN
   IF p_frontier IS NULL THEN
     RETURN NULL;
@@ -710,13 +713,16 @@ BEGIN
     PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$.frontier',
       'a frontier id holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
   END IF;
-  IF json_typeof(p_frontier) <> 'array'
-     OR EXISTS (SELECT 1 FROM json_array_elements(p_frontier) f WHERE json_typeof(f) <> 'string')
-  THEN
+  IF json_typeof(p_frontier) = 'array' THEN
+    SELECT coalesce(array_agg(f #>> '{}'), '{}'), coalesce(bool_and(json_typeof(f) = 'string'), true)
+      INTO v_heads, v_ids
+      FROM json_array_elements(p_frontier) AS f;
+  END IF;
+  IF NOT coalesce(v_ids, false) THEN
     PERFORM cwstore._violation('shape', NULL, NULL, NULL, '$.frontier',
                                'frontier must be a JSON array of node ids');
   END IF;
-  RETURN ARRAY(SELECT json_array_elements_text(p_frontier));
+  RETURN v_heads;
 END $$;
 
 -- _writer_graph(graph): the graph's id, length, tenant and life (incarnation), read
@@ -793,34 +799,25 @@ BEGIN
   RETURN v_len;
 END $$;
 
--- _batch_fields(nodes): append_v1's batch (a JSON array), each node's fields as arrays in
--- the batch's order (parents as JSON array texts; payloads byte for byte, a \u0000 in
--- them kept). Every node is checked for its JSON types, for what the table's
--- constraints would refuse and for _node_problem, so every client gets a CW400 with the
--- safeguard code, the node's position and the path (the first node with a problem).
--- Each node's members are read once (json_each): PostgreSQL's JSON functions keep an
--- allocation for every name and scalar they read until the row is done, so each more
--- reading of a 4 MiB payload of small values would cost tens of MB. The rows come in
--- the array's order, aggregated without a sort (a sort would hold every payload again).
-CREATE FUNCTION cwstore._batch_fields(p_nodes json, OUT b_ids text[], OUT b_kinds text[],
-                                      OUT b_parents text[], OUT b_payloads text[],
-                                      OUT b_created text[], OUT b_keys text[])
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_hidden boolean := false;
-  v_bad bigint;
-  v_problem text;
-  v_bad_id text;
-BEGIN
-  IF cwstore._lone_surrogate(p_nodes::text) THEN
-    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
-      'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
-  END IF;
-  -- PostgreSQL's JSON functions refuse the escape \u0000: hide it (reversibly) first.
-  IF strpos(p_nodes::text, '\u0000') > 0 THEN
-    v_hidden := true;
-    p_nodes := cwstore._nul_hide(p_nodes::text)::json;
-  END IF;
+-- _batch_fields(nodes, hidden): append_v1's batch (a JSON array), each node's fields as
+-- arrays in the batch's order (parents as JSON array texts; payloads byte for byte, a
+-- \u0000 in them kept: hidden says the batch's \u0000 escapes were hidden by
+-- cwstore._nul_hide, which PostgreSQL's JSON functions refuse), and the first node with
+-- a problem, if any: its position (bad, from 1), the problem ('code|path|message') and
+-- its id when that is a string. Every node is checked for its JSON types, for what the
+-- table's constraints would refuse and for _node_problem; append_v1 raises the problem
+-- (CW400, with the safeguard code, the node's position and the path). Each node's
+-- members are read once (json_each): PostgreSQL's JSON functions keep an allocation for
+-- every name and scalar they read until the row is done, so each more reading of a 4
+-- MiB payload of small values would cost tens of MB. The rows come in the array's
+-- order, aggregated without a sort (a sort would hold every payload again). A SQL
+-- function of one SELECT, set-returning, so that PostgreSQL inlines it into the
+-- statement that reads it: a call of a function of its own costs more than its checks
+-- of a small node.
+CREATE FUNCTION cwstore._batch_fields(p_nodes json, p_hidden boolean)
+RETURNS TABLE (b_ids text[], b_kinds text[], b_parents text[], b_payloads text[],
+               b_created text[], b_keys text[], bad bigint, problem text, bad_id text)
+LANGUAGE sql STABLE AS $$
   SELECT coalesce(array_agg(f.id #>> '{}'), '{}'), array_agg(f.kind #>> '{}'),
          array_agg(f.parents::text), array_agg(f.payload), array_agg(f."createdAt" #>> '{}'),
          array_agg(f."resourceKey" #>> '{}'),
@@ -828,13 +825,12 @@ BEGIN
          (array_agg(f.problem) FILTER (WHERE f.problem IS NOT NULL))[1],
          (array_agg(CASE json_typeof(f.id) WHEN 'string' THEN f.id #>> '{}' END)
             FILTER (WHERE f.problem IS NOT NULL))[1]
-    INTO b_ids, b_kinds, b_parents, b_payloads, b_created, b_keys, v_bad, v_problem, v_bad_id
     FROM (SELECT c.*,
                  coalesce(c.problem0,
                           cwstore._node_problem(c.kind #>> '{}', c.payload, c."createdAt" #>> '{}',
                                                 c."resourceKey" #>> '{}')) AS problem
             FROM (SELECT a.o, r.id, r.kind, r.parents, r."createdAt", r."resourceKey",
-                         CASE WHEN v_hidden THEN cwstore._nul_show(r.payload)
+                         CASE WHEN p_hidden THEN cwstore._nul_show(r.payload)
                               ELSE r.payload END AS payload,
                  CASE
                    WHEN json_typeof(a.e) <> 'object' THEN 'shape|$|node must be a JSON object'
@@ -858,7 +854,7 @@ BEGIN
                    WHEN EXISTS (SELECT 1 FROM json_array_elements(r.parents) pe
                                  WHERE json_typeof(pe) <> 'string')
                      THEN 'shape|$.parents|parents must be string ids'
-                   WHEN v_hidden AND strpos(r.id::text || r.kind::text || r."createdAt"::text
+                   WHEN p_hidden AND strpos(r.id::text || r.kind::text || r."createdAt"::text
                                             || coalesce(r."resourceKey"::text, '')
                                             || r.parents::text, '\\u0000') > 0
                      THEN 'unrepresentable|$|U+0000 outside a payload cannot be stored'
@@ -884,11 +880,8 @@ BEGIN
                           min(m.v::text) FILTER (WHERE m.k = 'resourceKey' AND json_typeof(m.v) <> 'null')::json AS "resourceKey"
                      FROM json_each(CASE json_typeof(a.e) WHEN 'object' THEN a.e ELSE '{}' END)
                           AS m(k, v)) r) c
-          OFFSET 0) f;  -- a fence: each node's problem is computed once
-  IF v_bad IS NOT NULL THEN
-    PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
-  END IF;
-END $$;
+          OFFSET 0) f
+$$;
 
 -- _refuse_repeated(ids, kinds, parents, payloads, keys): one id, one content: CW400
 -- duplicate_id for the first node of a batch (its fields as _batch_fields gives them)
@@ -1077,6 +1070,10 @@ DECLARE
   v_payloads text[];
   v_created text[];
   v_keys text[];
+  v_hidden boolean;
+  v_bad bigint;
+  v_problem text;
+  v_bad_id text;
   v_now timestamptz := now();
 BEGIN
   IF p_nodes IS NULL OR json_typeof(p_nodes) <> 'array' THEN
@@ -1107,9 +1104,23 @@ BEGIN
                                   coalesce(v_len, 0));
   END IF;
 
-  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys
-    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys
-    FROM cwstore._batch_fields(p_nodes) f;
+  -- The batch's nodes, checked: a \u0000 hidden first (reversibly), as PostgreSQL's JSON
+  -- functions refuse it; the first node with a problem refused (CW400, its position).
+  IF cwstore._lone_surrogate(p_nodes::text) THEN
+    PERFORM cwstore._violation('unrepresentable', NULL, NULL, NULL, '$',
+      'a string holds a lone surrogate (half of a UTF-16 pair): no text can hold it');
+  END IF;
+  v_hidden := strpos(p_nodes::text, '\u0000') > 0;
+  IF v_hidden THEN
+    p_nodes := cwstore._nul_hide(p_nodes::text)::json;
+  END IF;
+  SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created, f.b_keys, f.bad, f.problem,
+         f.bad_id
+    INTO v_ids, v_kinds, v_parents, v_payloads, v_created, v_keys, v_bad, v_problem, v_bad_id
+    FROM cwstore._batch_fields(p_nodes, v_hidden) f;
+  IF v_bad IS NOT NULL THEN
+    PERFORM cwstore._node_violation(v_problem, NULL, v_bad, v_bad_id, v_bad - 1);
+  END IF;
   -- An id given twice is looked for by a statement only in a batch of more than three:
   -- in two or three, comparing them is cheaper than the statement's start.
   IF cardinality(v_ids) > 3 THEN
@@ -1165,11 +1176,17 @@ BEGIN
   END IF;
 
   -- Every node new and given once: the rows are what was just written, in order.
+  -- (Row by row, not RETURN QUERY: no statement to start for what is known already.)
   IF v_new = cardinality(v_ids) THEN
-    RETURN QUERY
-    SELECT v_len + u.o, u.id, v_created[u.o], v_now, true, NULL::text, v_life.life_incarnation
-      FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
-     ORDER BY u.o;
+    written := true;
+    recorded_at := v_now;
+    incarnation := v_life.life_incarnation;
+    FOR i IN 1 .. v_new LOOP
+      seq := v_len + i;
+      id := v_ids[i];
+      created_at := v_created[i];
+      RETURN NEXT;
+    END LOOP;
     RETURN;
   END IF;
   RETURN QUERY

@@ -366,6 +366,44 @@ def test_a_retry_that_writes_nothing_keeps_the_newer_frontier(door: Door, writer
     assert frontier == [c["id"]]
 
 
+@pytest.mark.parametrize(
+    ("frontier", "code"),
+    [
+        ('{"head":"x"}', "shape"),
+        ('"cw_000000000000000000000001"', "shape"),
+        ("[1]", "shape"),
+        ('["ID", null]', "shape"),
+        ('["ID", ["ID"]]', "shape"),
+        ('["\\ud800"]', "unrepresentable"),
+    ],
+)
+def test_a_declared_frontier_that_is_not_a_list_of_ids_is_refused(
+    door: Door, writer: Any, frontier: str, code: str
+) -> None:
+    """append_v1's frontier must be a JSON array of strings (CW400 at $.frontier, the
+    batch not written); an empty array and ids with escapes are taken as given."""
+    b = GraphBuilder()
+    system = b.system("contract")
+    g = graph_name()
+    with pytest.raises(psycopg.Error) as exc:
+        writer.execute(
+            "SELECT * FROM cwstore.append_v1(%s, %s::json, NULL, %s::json)",
+            (g, _jsontext.dumps([system]), frontier.replace("ID", system["id"])),
+        )
+    detail = refusal(exc.value)
+    assert (detail["code"], detail["path"]) == (code, "$.frontier")
+    assert stored(door.admin, g)[:2] == (0, 0)
+    escaped = json.dumps([system["id"]]).replace("cw_", "\\u0063w_")
+    rows = writer.execute(
+        "SELECT * FROM cwstore.append_v1(%s, %s::json, NULL, %s::json)",
+        (g, _jsontext.dumps([system]), escaped),
+    ).fetchall()
+    assert [r[1] for r in rows] == [system["id"]]
+    with psycopg.connect(door.admin, autocommit=True) as c:
+        row = c.execute("SELECT frontier FROM cwstore.export_v1(%s)", (g,)).fetchone()
+    assert row is not None and row[0] == [system["id"]]
+
+
 def test_declare_frontier_waits_for_the_graph_lock(door: Door, writer: Any) -> None:
     """declare_frontier_v1 takes the graph's lock: racing an uncommitted append, it
     waits, then declares at the new length; the stored frontier is the declared one.
