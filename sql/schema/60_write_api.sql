@@ -185,16 +185,26 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
     HAVING count(*) > 1)
 $$;
 
+-- _brackets_opened(text) -> how many '{' and '[' a text holds (outside its strings, for
+-- a text with every string written ""). Counted in bytes: a one-byte character is never
+-- part of another's UTF-8, and length() and translate() read a text a character at a
+-- time, several times slower (translate about 180 instructions a character).
+CREATE FUNCTION cwstore._brackets_opened(p_text text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT octet_length(p_text) - octet_length(replace(replace(p_text, '{', ''), '[', ''))
+$$;
+
 -- _json_values(bare) -> how many values a JSON text holds, its root included, given
 -- with every string written "": every value but the root follows a comma or opens a
 -- container that is not empty, so 1 + commas + containers - empty containers (counted
--- apart: '[{}]' holds one empty container, not two).
+-- apart: '[{}]' holds one empty container, not two). Counted in bytes, as
+-- _brackets_opened counts.
 CREATE FUNCTION cwstore._json_values(p_bare text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT 1 + (length(p_bare) - length(replace(p_bare, ',', '')))
-         + (length(p_bare) - length(translate(p_bare, '{[', '')))
-         - (length(p_bare) - length(replace(p_bare, '{}', ''))) / 2
-         - (length(p_bare) - length(replace(p_bare, '[]', ''))) / 2
+  SELECT 1 + (octet_length(p_bare) - octet_length(replace(p_bare, ',', '')))
+         + cwstore._brackets_opened(p_bare)
+         - (octet_length(p_bare) - octet_length(replace(p_bare, '{}', ''))) / 2
+         - (octet_length(p_bare) - octet_length(replace(p_bare, '[]', ''))) / 2
 $$;
 
 -- _members_unique_small(text, bare): _members_unique by counting values in the text
@@ -207,7 +217,7 @@ LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
   v_doc jsonb := cwstore.payload_jsonb(p_text);
 BEGIN
-  IF length(p_bare) - length(translate(p_bare, '{[', '')) > 1000 THEN
+  IF cwstore._brackets_opened(p_bare) > 1000 THEN
     RETURN cwstore._json_values(p_bare)
            = cwstore._json_values(regexp_replace(v_doc::text, '"(\\.|[^"\\])*"', '""', 'g'));
   END IF;
@@ -344,7 +354,7 @@ BEGIN
   -- functions.)
   IF octet_length(v_bare) > 65536 THEN
     v_deep := cwstore._too_deep(v_bare, 10000);
-  ELSIF length(v_bare) - length(translate(v_bare, '{[', '')) > 10000 THEN
+  ELSIF cwstore._brackets_opened(v_bare) > 10000 THEN
     v_deep := (SELECT max(d) FROM (SELECT sum(CASE WHEN c IN ('{', '[') THEN 1 ELSE -1 END)
                                             OVER (ORDER BY o) AS d
                                      FROM string_to_table(regexp_replace(v_bare, '[^][{}]', '', 'g'),
