@@ -405,7 +405,8 @@ LANGUAGE sql STABLE AS $$
                      THEN 'unrepresentable|$|U+0000 outside a payload cannot be stored'
                    WHEN NOT ((r.kind #>> '{}') = ANY (cwstore.node_kinds()))
                      THEN 'kind|$.kind|kind is not one of the ten'
-                   WHEN (r.id #>> '{}') !~ '^cw_[0-9a-f]{24}$'
+                   WHEN NOT (length(r.id #>> '{}') = 27
+                             AND rtrim(r.id #>> '{}', '0123456789abcdef') = 'cw_')
                      THEN 'identity|$.id|id must be cw_ and 24 lowercase hex digits'
                    WHEN (r."resourceKey" #>> '{}') = ''
                      THEN 'shape|$.resourceKey|resourceKey must not be empty'

@@ -234,6 +234,18 @@ def _bad_batches() -> Iterator[tuple[str, list[dict[str, Any]], str]]:
     yield "duplicate node member", base, "[" + twice + "]"
     lone = '"\\ud800"'
     yield "lone surrogate", base, "[" + node_text(goal, payload=lone) + "]"
+    hexes = "0123456789abcdef" * 2
+    for bad_id in (
+        "cw_" + hexes[:23] + "A",
+        "cw_" + hexes[:23],
+        "cw_" + hexes[:25],
+        "cx_" + hexes[:24],
+        "cw-" + hexes[:24],
+        "cw_" + hexes[:23] + "g",
+        "cw_" + hexes[:23] + "é",
+        "ccw_" + hexes[:23],
+    ):
+        yield f"id {bad_id}", base, "[" + node_text(goal, id=json.dumps(bad_id)) + "]"
     sem = GraphBuilder()
     sem.system("contract")
     node = sem.semantic("memory", "ok-key", "x")
