@@ -4,8 +4,8 @@ The runtime hands back its whole state every turn; the store already holds all o
 but the last few nodes. Re-validating the whole document each turn (every identity
 recomputed) made a save cost time in proportion to the state. Here:
 
-* :func:`read_state` reads a state for saving: the document-level checks, the nodes as
-  given and every node's id (one C-level pass, no per-node validation).
+* :func:`read_state` reads a state for saving: the document-level checks and the nodes
+  as given (no per-node reading or validation).
 * :class:`SavedPrefix` is what a store learnt of a graph's first ``length`` nodes from
   an earlier save: their ids in order, an id index and each resource key's head. A
   graph is append-only and gapless, so those ``length`` nodes never change; only the
@@ -21,7 +21,11 @@ recomputed) made a save cost time in proportion to the state. Here:
 
 The prefix nodes of a state are compared by id only: an id is the hash of its node's
 content, and the stored node under that id was validated when it was written, so a
-state whose prefix carries the stored ids is taken to hold the stored nodes.
+state whose prefix carries the stored ids is taken to hold the stored nodes. A prefix
+that holds the very node objects of the store's last save of the graph (an
+:class:`AgentState`'s immutable nodes, or the dicts of a document the application
+extends in place) is taken as saved without reading them: that makes the save of a
+dict state, like that of an :class:`AgentState`, cost what its new nodes cost.
 """
 
 from __future__ import annotations
@@ -60,35 +64,49 @@ _attr_id = attrgetter("id")
 
 class StateToSave:
     """A state read for :meth:`AsyncStore.save`: its nodes as given (runtime objects or,
-    from an :class:`AgentState`, :class:`CausalNode`), their ids in order, and the
-    declared frontier."""
+    from an :class:`AgentState`, :class:`CausalNode`) and the declared frontier; their
+    ids in order are read on first use (:attr:`ids`), which a save whose prefix holds
+    the very node objects saved before never needs."""
 
-    __slots__ = ("_ids", "frontier", "frozen", "nodes")
+    __slots__ = ("_doc", "_ids", "frontier", "frozen", "nodes")
 
-    def __init__(
-        self, nodes: Sequence[Any], frontier: list[Any], ids: list[Any] | None = None
-    ) -> None:
+    def __init__(self, nodes: Sequence[Any], frontier: list[Any], doc: Any = None) -> None:
+        """``doc``: the parsed document the nodes are from; ``None`` for the immutable
+        nodes of an :class:`AgentState` (``frozen``)."""
         self.nodes = nodes
         self.frontier = frontier
-        self.frozen = ids is None
-        self._ids = ids
+        self.frozen = doc is None
+        self._doc = doc
+        self._ids: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
 
     @property
     def ids(self) -> list[Any]:
-        """Every node's id, in order (read from the nodes on first use)."""
+        """Every node's id, in order (read from the nodes on first use).
+
+        Raises :class:`ValidationError`, with every violation of the document, when a
+        node's id cannot be read.
+        """
         if self._ids is None:
-            self._ids = list(map(_attr_id, self.nodes))
+            if self.frozen:
+                self._ids = list(map(_attr_id, self.nodes))
+            else:
+                try:
+                    self._ids = list(map(_get_id, self.nodes))
+                except (KeyError, TypeError):
+                    raise ValidationError(_all_violations(self._doc)) from None
         return self._ids
 
     def extends(self, prefix: SavedPrefix) -> bool:
         """Whether the state's first ``prefix.length`` nodes are the prefix's.
 
-        Nodes of an :class:`AgentState` are immutable: when they are the very objects
-        the prefix was saved from, they are its nodes (compared as pointers, without
-        reading them). Otherwise the ids are compared.
+        When they begin and end with the very objects the prefix was saved from, they
+        are compared with those objects in one pass that reads no node it finds
+        identical (so an unchanged prefix costs no reading of its nodes, whatever its
+        length): a node dict changed in place after it was saved is taken as saved,
+        as its payload always was. Otherwise, their ids are compared.
         """
         n = prefix.length
         if len(self.nodes) < n:
@@ -96,26 +114,19 @@ class StateToSave:
         if n == 0:
             return True
         whole = prefix.state_nodes
-        if (
-            self.frozen
-            and whole is not None
-            and len(whole) == n
-            and _starts_with(self.nodes, whole)
-        ):
+        if whole is not None and len(whole) == n and _starts_with(self.nodes, whole):
             return True
         seen = prefix.objects
-        if (
-            self.frozen
-            and seen is not None
-            and self.nodes[0] is seen[0]
-            and self.nodes[n - 1] is seen[n - 1]
-            and list(self.nodes[:n]) == (seen if len(seen) == n else seen[:n])
-        ):
-            return True
+        if seen is not None and self.nodes[0] is seen[0] and self.nodes[n - 1] is seen[n - 1]:
+            mine = seen if len(seen) == n else seen[:n]
+            if _starts_with(self.nodes, mine) or (
+                type(self.nodes) is not list and list(self.nodes[:n]) == mine
+            ):
+                return True
         ids = self.ids
-        mine = ids if len(ids) == n else ids[:n]
+        mine_ids = ids if len(ids) == n else ids[:n]
         theirs = prefix.ids if len(prefix.ids) == n else prefix.ids[:n]
-        return mine == theirs
+        return mine_ids == theirs
 
     def plain_ids(self, count: int) -> list[str] | None:
         """The first ``count`` ids when every one is a string (what a query may carry)."""
@@ -126,9 +137,10 @@ class StateToSave:
         """Nodes ``start:stop`` as runtime JSON objects."""
         return [_as_obj(n) for n in self.nodes[start:stop]]
 
-    def frozen_nodes(self, start: int) -> list[Any] | None:
-        """Nodes from ``start`` on, when they are immutable :class:`CausalNode` objects."""
-        return list(self.nodes[start:]) if self.frozen else None
+    def given(self, start: int) -> list[Any]:
+        """Nodes from ``start`` on, the objects as given (what the prefix keeps to
+        compare the next state with)."""
+        return list(self.nodes[start:])
 
     def whole(self, length: int) -> Sequence[Any] | None:
         """The node sequence itself, when its nodes are immutable and it is ``length``
@@ -137,19 +149,22 @@ class StateToSave:
 
 
 def _starts_with(nodes: Sequence[Any], prefix: Sequence[Any]) -> bool:
-    """Whether ``nodes`` begins with the members of ``prefix`` (both tuples of
-    :class:`CausalNode`), without copying either.
+    """Whether ``nodes`` begins with the members of ``prefix`` (two tuples, or two
+    lists), without copying either.
 
-    Tuples compare member by member, each by identity first (so the same objects are
-    never read), then ``==``. A proper prefix compares less than the longer tuple; two
-    nodes that differ have no order, so comparing them raises ``TypeError``.
+    Tuples and lists compare member by member, each by identity first (so the same
+    objects are never read), then ``==``. A proper prefix compares less than the
+    longer sequence; two nodes that differ have no order, so comparing them raises
+    ``TypeError`` (a member that is no node but claims to be greater than one would end
+    the comparison as a match: the prefix is then taken as saved, and nothing else).
     """
-    if type(nodes) is not tuple or type(prefix) is not tuple:
+    if type(nodes) is not type(prefix) or not isinstance(nodes, tuple | list):
         return False
     if len(nodes) == len(prefix):
         return nodes == prefix
+    first: Any = prefix  # a tuple or a list, as nodes is
     try:
-        return len(nodes) > len(prefix) and prefix < nodes
+        return len(nodes) > len(prefix) and bool(first < nodes)
     except TypeError:
         return False
 
@@ -162,9 +177,10 @@ def read_state(state: Any) -> StateToSave:
     """Read a state for saving: an :class:`AgentState`, parsed JSON, or JSON text/bytes.
 
     Checks the document's own fields (version, nodes, frontier) but not its nodes,
-    which :func:`check_suffix` checks past the stored prefix. A state whose nodes
-    cannot even be read for their ids is validated in full, so the error names every
-    violation as :func:`cwstore.document.validate` does.
+    which :func:`check_suffix` checks past the stored prefix, nor reads them: their
+    ids are read when a save needs them (:attr:`StateToSave.ids`). A state whose nodes
+    cannot even be read for their ids is then validated in full, so the error names
+    every violation as :func:`cwstore.document.validate` does.
 
     Raises :class:`InputError` for text that is not JSON and :class:`ValidationError`.
     """
@@ -178,12 +194,9 @@ def read_state(state: Any) -> StateToSave:
     found = next(validate_in_slices(doc))[1]
     if not found and not isinstance(doc["frontier"], list):
         found = check_frontier(doc["frontier"], ())
-    if not found:
-        try:
-            return StateToSave(doc["nodes"], doc["frontier"], list(map(_get_id, doc["nodes"])))
-        except (KeyError, TypeError):
-            pass
-    raise ValidationError(found or _all_violations(doc))
+    if found:
+        raise ValidationError(found)
+    return StateToSave(doc["nodes"], doc["frontier"], doc)
 
 
 def _all_violations(doc: Any) -> list[Violation]:
@@ -197,9 +210,9 @@ def _all_violations(doc: Any) -> list[Violation]:
 class SavedPrefix:
     """A graph's first ``length`` nodes as a store saw them: ids in order (the list may
     run past ``length``; only the first ``length`` count), the sequence of each id
-    (entries past ``length`` are ignored), each resource key's head among them and,
-    when they came from an :class:`AgentState`, the node objects (``objects``, like
-    ``ids``), else ``None``; and ``state_nodes``, the :class:`AgentState`'s own node
+    (entries past ``length`` are ignored), each resource key's head among them, the
+    node objects as the state gave them (``objects``, like ``ids``; ``None``: not
+    kept); and ``state_nodes``, the :class:`AgentState`'s own node
     sequence when the prefix is that whole state (a state that extends it is compared
     with it as one sequence, without a copy of the prefix's objects), else ``None``;
     and ``incarnation``, the life of the graph the prefix was read from or written to
@@ -230,7 +243,7 @@ class SavedPrefix:
             if isinstance(key, str):
                 heads[key] = n.id if isinstance(n, CausalNode) else n["id"]
         index = dict(zip(ids, range(1, length + 1), strict=True))
-        objects = list(state.nodes[:length]) if state.frozen else None
+        objects = list(state.nodes[:length])
         return cls(length, ids, index, heads, objects, state.whole(length), incarnation)
 
     def holds(self, node_id: Any) -> bool:
@@ -407,7 +420,7 @@ class SaveMemory:
             graph,
             prefix.extended(
                 new,
-                state.frozen_nodes(prefix.length),
+                state.given(prefix.length),
                 state.whole(prefix.length + len(new)),
                 rows[0]["incarnation"],
             ),

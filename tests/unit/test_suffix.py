@@ -4,6 +4,7 @@ suffix check (pure, no server)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -74,11 +75,17 @@ def test_a_new_version_of_a_key_must_link_to_the_prefix_head() -> None:
 
 
 def test_a_state_whose_nodes_cannot_be_read_is_validated_in_full() -> None:
+    """The document's own fields are checked when it is read; its nodes' ids when a
+    save needs them, and then a node that has none fails the whole document's check."""
     state = _state()
     state["nodes"][1] = ["not", "a", "node"]
+    todo = read_state(state)
     with pytest.raises(ValidationError) as info:
-        read_state(state)
+        _ = todo.ids
     assert ("shape", 1) in {(v.code, v.index) for v in info.value.violations}
+    prefix = SavedPrefix.of_state(read_state(_state()), 3)
+    with pytest.raises(ValidationError):
+        read_state(state).extends(prefix)
     with pytest.raises(ValidationError) as info:
         read_state({"version": 2, "nodes": [], "frontier": []})
     assert info.value.codes == ["version"]
@@ -143,3 +150,49 @@ def test_the_memory_keeps_the_most_recently_saved_graphs() -> None:
     assert memory.usable("b", todo, None) is not None
     assert memory.usable("c", todo, 3) is not None
     assert memory.usable("c", todo, 2) is None
+
+
+class _Unread(dict[str, Any]):
+    """A node dict that fails the test when anything reads one of its members."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise AssertionError(f"node member {key!r} read")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        raise AssertionError(f"node member {key!r} read")
+
+
+def test_a_dict_state_extended_in_place_is_compared_without_reading_its_prefix() -> None:
+    """The very node dicts saved before are taken as saved: a save of the same document
+    one node longer reads none of them (so it costs what its new node costs)."""
+    state = _state(extra=1)
+    nodes = [_Unread(n) for n in state["nodes"][:4]] + state["nodes"][4:]
+    prefix = replace(SavedPrefix.of_state(read_state(state), 4), objects=list(nodes[:4]))
+    todo = read_state({**state, "nodes": nodes})
+    assert todo.extends(prefix)
+    assert check_suffix(todo, prefix) == state["nodes"][4:]
+    same = read_state({**state, "nodes": nodes[:4]})
+    assert same.extends(prefix)
+
+
+def test_a_dict_state_is_compared_by_ids_when_its_nodes_are_other_objects() -> None:
+    """Equal copies, or the first and last saved dicts around a node replaced by
+    another, fall back to the ids: a node of another id in the prefix does not extend
+    it, one of the same id does (as a state of fresh copies always did)."""
+    state = _state(extra=1)
+    todo = read_state(state)
+    prefix = SavedPrefix.of_state(todo, 4)
+    assert prefix.objects is not None and prefix.objects[0] is state["nodes"][0]
+    assert read_state(copy.deepcopy(state)).extends(prefix)
+    for replacement, extends in (
+        ({**state["nodes"][2], "id": "cw_" + "0" * 24}, False),
+        ({**state["nodes"][2], "payload": {"content": "v2"}}, True),
+        (copy.deepcopy(state["nodes"][2]), True),
+    ):
+        nodes = list(state["nodes"])
+        nodes[2] = replacement
+        assert read_state({**state, "nodes": nodes}).extends(prefix) is extends
+    longer = prefix.extended(state["nodes"][4:], state["nodes"][4:])
+    assert longer.objects == state["nodes"]
+    state["nodes"].append(copy.deepcopy(state["nodes"][4]))
+    assert read_state(state).extends(longer)
