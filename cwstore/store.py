@@ -439,9 +439,11 @@ class Store:
 
         Only the nodes past the stored prefix are validated (:mod:`cwstore._suffix`);
         the prefix is compared by id. After this store's first save of a graph it
-        remembers the graph's ids, so a save then reads nothing back and costs time in
-        proportion to the new nodes (plus, for a dict, reading each node's id; the
-        nodes of an :class:`AgentState` are compared as objects). A state that is not
+        remembers the graph's ids and node objects, so a save then reads nothing back
+        and costs time in proportion to the new nodes when the state holds the very node
+        objects saved before (an :class:`AgentState`'s, or the dicts of a document
+        extended in place; a dict changed in place after it was saved is taken as
+        saved); other node objects cost reading each node's id. A state that is not
         valid past the prefix raises :class:`ValidationError`.
 
         A graph erased since this store last saved it (by this store or another) is

@@ -196,3 +196,33 @@ def test_a_dict_state_is_compared_by_ids_when_its_nodes_are_other_objects() -> N
     assert longer.objects == state["nodes"]
     state["nodes"].append(copy.deepcopy(state["nodes"][4]))
     assert read_state(state).extends(longer)
+
+
+def test_a_saved_dict_given_another_id_in_place_is_refused_where_the_state_uses_it() -> None:
+    """A saved node dict changed in place is taken as saved (nodes are immutable in the
+    runtime's model); its new id is unknown to the prefix, so a new node whose parent it
+    is, or a frontier that names it, is refused."""
+    state = _state(extra=1)
+    prefix = SavedPrefix.of_state(read_state(state), 4)
+    changed = state["nodes"][3]
+    changed["payload"] = {"value": "grace"}
+    changed["id"] = compute_id("semantic", changed["parents"], changed["payload"], "owner")
+    payload = {"text": "uses the changed node"}
+    child = {
+        "id": compute_id("inference", [changed["id"]], payload),
+        "kind": "inference",
+        "parents": [changed["id"]],
+        "payload": payload,
+        "createdAt": changed["createdAt"],
+        "sequence": 5,
+    }
+    state["nodes"][4] = child
+    todo = read_state({**state, "frontier": [child["id"]]})
+    assert todo.extends(prefix)
+    with pytest.raises(ValidationError) as info:
+        check_suffix(todo, prefix)
+    assert [(v.code, v.index) for v in info.value.violations] == [("missing_parent", 4)]
+    named = read_state({**state, "nodes": state["nodes"][:4], "frontier": [changed["id"]]})
+    with pytest.raises(ValidationError) as info:
+        check_suffix(named, prefix)
+    assert [v.code for v in info.value.violations] == ["frontier_reference"]
