@@ -30,9 +30,9 @@
 -- of a batch it wrote whole without a query, and the nodes trigger takes a single
 -- node's fields from the aggregate that sums its statement up.
 --
--- The payload checks count a text's brackets and commas in bytes
--- (_brackets_opened, _json_values), not with length() and translate(), which read a
--- text a character at a time.
+-- The payload checks count a text's brackets and commas in bytes (_occurrences, which
+-- _brackets_opened and _json_values call), not with length() and translate(), which
+-- read a text a character at a time.
 --
 -- key_versions keeps a key's closed versions only: its current version, still open,
 -- is its row of key_heads, which every append of the key reads and moves anyway. A
@@ -94,10 +94,21 @@ CREATE TRIGGER graphs_guard BEFORE UPDATE ON cwstore.graphs
 CREATE TRIGGER graphs_guard_identity BEFORE UPDATE OF graph_id, incarnation, name, vocabulary
   ON cwstore.graphs FOR EACH ROW EXECUTE FUNCTION cwstore._graphs_guard();
 
+-- _occurrences(text, piece) -> how many times a text holds a piece, counted in bytes
+-- (octet_length, replace): a one-byte character is never part of another's UTF-8, and
+-- length() and translate() read a text a character at a time, several times slower
+-- (translate about 180 instructions a character). A SQL expression that PostgreSQL
+-- inlines where it is called.
+CREATE FUNCTION cwstore._occurrences(p_text text, p_piece text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT (octet_length(p_text) - octet_length(replace(p_text, p_piece, '')))
+         / octet_length(p_piece)
+$$;
+
 -- _brackets_opened(text) -> how many '{' and '[' a text holds (outside its strings, for
--- a text with every string written ""). Counted in bytes: a one-byte character is never
--- part of another's UTF-8, and length() and translate() read a text a character at a
--- time, several times slower (translate about 180 instructions a character).
+-- a text with every string written ""), as _occurrences counts, both at once: every
+-- payload's check counts them, and each more node in an expression costs every
+-- transaction that runs it (plpgsql prepares its expressions again in each).
 CREATE FUNCTION cwstore._brackets_opened(p_text text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT octet_length(p_text) - octet_length(replace(replace(p_text, '{', ''), '[', ''))
@@ -106,14 +117,11 @@ $$;
 -- _json_values(bare) -> how many values a JSON text holds, its root included, given
 -- with every string written "": every value but the root follows a comma or opens a
 -- container that is not empty, so 1 + commas + containers - empty containers (counted
--- apart: '[{}]' holds one empty container, not two). Counted in bytes, as
--- _brackets_opened counts.
+-- apart: '[{}]' holds one empty container, not two).
 CREATE OR REPLACE FUNCTION cwstore._json_values(p_bare text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT 1 + (octet_length(p_bare) - octet_length(replace(p_bare, ',', '')))
-         + cwstore._brackets_opened(p_bare)
-         - (octet_length(p_bare) - octet_length(replace(p_bare, '{}', ''))) / 2
-         - (octet_length(p_bare) - octet_length(replace(p_bare, '[]', ''))) / 2
+  SELECT 1 + cwstore._occurrences(p_bare, ',') + cwstore._brackets_opened(p_bare)
+         - cwstore._occurrences(p_bare, '{}') - cwstore._occurrences(p_bare, '[]')
 $$;
 
 CREATE OR REPLACE FUNCTION cwstore._members_unique_small(p_text text, p_bare text) RETURNS boolean

@@ -185,10 +185,21 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET work_mem = '1MB' AS $$
     HAVING count(*) > 1)
 $$;
 
+-- _occurrences(text, piece) -> how many times a text holds a piece, counted in bytes
+-- (octet_length, replace): a one-byte character is never part of another's UTF-8, and
+-- length() and translate() read a text a character at a time, several times slower
+-- (translate about 180 instructions a character). A SQL expression that PostgreSQL
+-- inlines where it is called.
+CREATE FUNCTION cwstore._occurrences(p_text text, p_piece text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT (octet_length(p_text) - octet_length(replace(p_text, p_piece, '')))
+         / octet_length(p_piece)
+$$;
+
 -- _brackets_opened(text) -> how many '{' and '[' a text holds (outside its strings, for
--- a text with every string written ""). Counted in bytes: a one-byte character is never
--- part of another's UTF-8, and length() and translate() read a text a character at a
--- time, several times slower (translate about 180 instructions a character).
+-- a text with every string written ""), as _occurrences counts, both at once: every
+-- payload's check counts them, and each more node in an expression costs every
+-- transaction that runs it (plpgsql prepares its expressions again in each).
 CREATE FUNCTION cwstore._brackets_opened(p_text text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT octet_length(p_text) - octet_length(replace(replace(p_text, '{', ''), '[', ''))
@@ -197,14 +208,11 @@ $$;
 -- _json_values(bare) -> how many values a JSON text holds, its root included, given
 -- with every string written "": every value but the root follows a comma or opens a
 -- container that is not empty, so 1 + commas + containers - empty containers (counted
--- apart: '[{}]' holds one empty container, not two). Counted in bytes, as
--- _brackets_opened counts.
+-- apart: '[{}]' holds one empty container, not two).
 CREATE FUNCTION cwstore._json_values(p_bare text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT 1 + (octet_length(p_bare) - octet_length(replace(p_bare, ',', '')))
-         + cwstore._brackets_opened(p_bare)
-         - (octet_length(p_bare) - octet_length(replace(p_bare, '{}', ''))) / 2
-         - (octet_length(p_bare) - octet_length(replace(p_bare, '[]', ''))) / 2
+  SELECT 1 + cwstore._occurrences(p_bare, ',') + cwstore._brackets_opened(p_bare)
+         - cwstore._occurrences(p_bare, '{}') - cwstore._occurrences(p_bare, '[]')
 $$;
 
 -- _members_unique_small(text, bare): _members_unique by counting values in the text
