@@ -350,7 +350,8 @@ class SaveMemory:
     Safe to share between threads and tasks: a prefix is never changed in place
     (extending one shares only what grows past its length), and the memory only swaps
     whole entries. It holds the ``graphs`` most recently saved (a prefix costs about
-    100 bytes a node); a graph it dropped is compared in the database on its next save.
+    100 bytes a node, and keeps the node objects of the state it was saved from alive);
+    a graph it dropped is compared in the database on its next save.
     """
 
     def __init__(self, graphs: int = 64) -> None:
