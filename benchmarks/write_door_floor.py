@@ -110,7 +110,7 @@ NODE_CHECKS = WITH_EDGE.format(
     where=", k WHERE k.problem IS NULL",
 )
 BATCH_CHECKS = WITH_EDGE.format(
-    checks="k AS (SELECT b.b_ids FROM cwstore._batch_fields($6::json) b),",
+    checks="k AS (SELECT b.b_ids FROM cwstore._batch_fields($6::json, false) b),",
     where=", k WHERE k.b_ids IS NOT NULL",
 )
 APPEND = "SELECT seq FROM cwstore.append_v1($1, $2::json)"
@@ -139,7 +139,7 @@ BEGIN
   v_life := cwstore._writer_life(p_graph, true, NULL);
   SELECT f.b_ids, f.b_kinds, f.b_parents, f.b_payloads, f.b_created
     INTO v_ids, v_kinds, v_parents, v_payloads, v_created
-    FROM cwstore._batch_fields(p_nodes) f;
+    FROM cwstore._batch_fields(p_nodes, false) f;
   v_par := ARRAY(SELECT json_array_elements_text(v_parents[1]::json));
   RETURN QUERY
   WITH p AS (SELECT u.o, m.seq FROM unnest(v_par) WITH ORDINALITY AS u(pid, o)
