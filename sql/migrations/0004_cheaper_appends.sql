@@ -29,7 +29,7 @@
 -- _frontier_heads reads a declared frontier in one statement, append_v1 returns the rows
 -- of a batch it wrote whole without a query, and the nodes trigger reads a single
 -- node's fields by a scan of at most two rows, summing up a larger statement with an
--- aggregate.
+-- aggregate; _derive_node resolves a single parent by an index lookup of its own.
 --
 -- The payload checks count a text's brackets and commas in bytes (_occurrences, which
 -- _brackets_opened and _json_values call), not with length() and translate(), which
@@ -741,6 +741,75 @@ BEGIN
                     FROM cwstore.nodes n
                    WHERE n.graph_id = g.graph_id AND n.seq = v.node_seq LIMIT 1) n ON true
    ORDER BY v.version;
+END $$;
+
+-- A node of one parent (most are) is derived without the statement that resolves a list
+-- of parents (its window function, function scan and aggregate).
+CREATE OR REPLACE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text,
+                                     p_parents text[], p_key text) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_parent_seqs bigint[];
+  v_head record;
+  v_pid text;
+  v_parent bigint;
+BEGIN
+  IF cardinality(p_parents) = 1 THEN
+    v_pid := p_parents[1];
+    SELECT m.seq INTO v_parent FROM cwstore.nodes m
+     WHERE m.graph_id = p_graph_id AND m.id = v_pid LIMIT 1;
+    IF v_parent IS NULL THEN
+      PERFORM cwstore._violation('missing_parent', p_graph_id, p_seq, p_id, '$.parents[0]',
+                                 format('parent %s does not exist', v_pid));
+    ELSIF v_parent >= p_seq THEN
+      PERFORM cwstore._violation('parent_order', p_graph_id, p_seq, p_id, '$.parents[0]',
+                                 format('parent %s is not earlier in sequence', v_pid));
+    END IF;
+    INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+    VALUES (p_graph_id, p_seq, 0, v_parent);
+    v_parent_seqs := ARRAY[v_parent];
+  ELSIF cardinality(p_parents) > 1 THEN
+    WITH e AS (
+      INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+      SELECT p_graph_id, p_seq, u.o::integer - 1,
+             CASE
+               WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
+                 THEN cwstore._violation('parent_order', p_graph_id, p_seq, p_id,
+                   format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
+               WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id, p_seq,
+                 p_id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
+               WHEN m.seq >= p_seq THEN cwstore._violation('parent_order', p_graph_id, p_seq,
+                 p_id, format('$.parents[%s]', u.o - 1),
+                 format('parent %s is not earlier in sequence', u.pid))
+               ELSE m.seq
+             END
+        FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
+                FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
+        LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                            WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
+       ORDER BY u.o
+      RETURNING parent_seq)
+    SELECT array_agg(e.parent_seq) INTO v_parent_seqs FROM e;
+  END IF;
+
+  IF p_key IS NULL THEN
+    RETURN v_parent_seqs;
+  END IF;
+  SELECT h.head_seq, h.head_id, h.version INTO v_head
+    FROM cwstore.key_heads h WHERE h.graph_id = p_graph_id AND h.key = p_key;
+  IF FOUND THEN
+    IF NOT (v_head.head_id = ANY (p_parents)) THEN
+      PERFORM cwstore._chain_conflict(p_graph_id, p_key, p_seq, p_id, v_head.head_id, p_parents);
+    END IF;
+    INSERT INTO cwstore.key_versions (graph_id, key, version, node_seq, to_seq)
+    VALUES (p_graph_id, p_key, v_head.version, v_head.head_seq, p_seq);
+    UPDATE cwstore.key_heads SET head_seq = p_seq, head_id = p_id, version = v_head.version + 1
+     WHERE graph_id = p_graph_id AND key = p_key;
+  ELSE
+    INSERT INTO cwstore.key_heads (graph_id, key, head_seq, head_id, version, first_seq)
+    VALUES (p_graph_id, p_key, p_seq, p_id, 1, p_seq);
+  END IF;
+  RETURN v_parent_seqs;
 END $$;
 
 -- The nodes trigger reads a single node's fields in the aggregate that sums the statement

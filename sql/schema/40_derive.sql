@@ -101,28 +101,46 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_parent_seqs bigint[];
   v_head record;
+  v_pid text;
+  v_parent bigint;
 BEGIN
-  WITH e AS (
+  IF cardinality(p_parents) = 1 THEN
+    v_pid := p_parents[1];
+    SELECT m.seq INTO v_parent FROM cwstore.nodes m
+     WHERE m.graph_id = p_graph_id AND m.id = v_pid LIMIT 1;
+    IF v_parent IS NULL THEN
+      PERFORM cwstore._violation('missing_parent', p_graph_id, p_seq, p_id, '$.parents[0]',
+                                 format('parent %s does not exist', v_pid));
+    ELSIF v_parent >= p_seq THEN
+      PERFORM cwstore._violation('parent_order', p_graph_id, p_seq, p_id, '$.parents[0]',
+                                 format('parent %s is not earlier in sequence', v_pid));
+    END IF;
     INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
-    SELECT p_graph_id, p_seq, u.o::integer - 1,
-           CASE
-             WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
-               THEN cwstore._violation('parent_order', p_graph_id, p_seq, p_id,
-                 format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
-             WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id, p_seq,
-               p_id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
-             WHEN m.seq >= p_seq THEN cwstore._violation('parent_order', p_graph_id, p_seq,
-               p_id, format('$.parents[%s]', u.o - 1),
-               format('parent %s is not earlier in sequence', u.pid))
-             ELSE m.seq
-           END
-      FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
-              FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
-      LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
-                          WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
-     ORDER BY u.o
-    RETURNING parent_seq)
-  SELECT array_agg(e.parent_seq) INTO v_parent_seqs FROM e;
+    VALUES (p_graph_id, p_seq, 0, v_parent);
+    v_parent_seqs := ARRAY[v_parent];
+  ELSIF cardinality(p_parents) > 1 THEN
+    WITH e AS (
+      INSERT INTO cwstore.edges (graph_id, child_seq, position, parent_seq)
+      SELECT p_graph_id, p_seq, u.o::integer - 1,
+             CASE
+               WHEN u.prev COLLATE "C" >= u.pid COLLATE "C"
+                 THEN cwstore._violation('parent_order', p_graph_id, p_seq, p_id,
+                   format('$.parents[%s]', u.o - 1), 'parents must be sorted ascending and listed once')
+               WHEN m.seq IS NULL THEN cwstore._violation('missing_parent', p_graph_id, p_seq,
+                 p_id, format('$.parents[%s]', u.o - 1), format('parent %s does not exist', u.pid))
+               WHEN m.seq >= p_seq THEN cwstore._violation('parent_order', p_graph_id, p_seq,
+                 p_id, format('$.parents[%s]', u.o - 1),
+                 format('parent %s is not earlier in sequence', u.pid))
+               ELSE m.seq
+             END
+        FROM (SELECT x.pid, x.o, lag(x.pid) OVER (ORDER BY x.o) AS prev
+                FROM unnest(p_parents) WITH ORDINALITY AS x(pid, o)) u
+        LEFT JOIN LATERAL (SELECT m.seq FROM cwstore.nodes m
+                            WHERE m.graph_id = p_graph_id AND m.id = u.pid LIMIT 1) m ON true
+       ORDER BY u.o
+      RETURNING parent_seq)
+    SELECT array_agg(e.parent_seq) INTO v_parent_seqs FROM e;
+  END IF;
 
   IF p_key IS NULL THEN
     RETURN v_parent_seqs;

@@ -413,6 +413,14 @@ def test_missing_parent(conn: Conn, chain: tuple[int, list[dict[str, Any]]]) -> 
     assert (d["node_id"], d["seq"], d["index"], d["path"]) == (n["id"], 4, 3, "$.parents[0]")
 
 
+def test_missing_only_parent(conn: Conn, chain: tuple[int, list[dict[str, Any]]]) -> None:
+    gid, _ = chain
+    n = node("answer", "done", ["cw_" + "0" * 24])
+    err = refused(conn, lambda: insert(conn, gid, 4, [n]))
+    d = _violation(err, "missing_parent")
+    assert (d["node_id"], d["seq"], d["path"]) == (n["id"], 4, "$.parents[0]")
+
+
 def test_parent_later_in_sequence(conn: Conn, chain: tuple[int, list[dict[str, Any]]]) -> None:
     gid, nodes = chain
     later = node("tool_call", {"name": "read_file"}, [nodes[1]["id"]])
