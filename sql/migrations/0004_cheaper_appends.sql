@@ -27,9 +27,10 @@
 -- append_v1 runs fewer statements: _batch_fields is a SQL function of one SELECT that
 -- PostgreSQL inlines into the statement that reads it (append_v1 raises its problem),
 -- _frontier_heads reads a declared frontier in one statement, append_v1 returns the rows
--- of a batch it wrote whole without a query, and the nodes trigger reads a single
--- node's fields by a scan of at most two rows, summing up a larger statement with an
--- aggregate; _derive_node resolves a single parent by an index lookup of its own.
+-- of a batch it wrote whole without a query, and the nodes trigger reads a statement of
+-- one node by a scan of its transition table (an aggregate sums up a larger one) and
+-- derives it without the arrays a statement of several nodes needs, unless it is
+-- semantic; _derive_node resolves a single parent by an index lookup of its own.
 --
 -- The payload checks count a text's brackets and commas in bytes (_occurrences, which
 -- _brackets_opened and _json_values call), not with length() and translate(), which
@@ -856,8 +857,9 @@ DECLARE
   v_one_parents text[];
   v_one_key text;
 BEGIN
-  -- A statement of one node (no second row) is read by a scan of its one row: two
-  -- scans cost a single-node append less than starting an aggregate of eleven.
+  -- A statement of one node (no second row; most appends) is read by a scan of its one
+  -- row, and derived here unless it is semantic: two scans and a few calls cost less
+  -- than starting the aggregates and the arrays a statement of several nodes needs.
   PERFORM FROM new_nodes n OFFSET 1 LIMIT 1;
   IF NOT FOUND THEN
     SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key
@@ -866,11 +868,24 @@ BEGIN
     IF NOT FOUND THEN
       RETURN NULL;
     END IF;
+    IF v_one_kind <> 'semantic' THEN
+      v_parent_seqs := cwstore._derive_node(v_gid, v_lo, v_one_id COLLATE "default",
+                                            v_one_parents, v_one_key COLLATE "default");
+      IF v_one_kind = 'system' AND cardinality(v_one_parents) = 0 THEN
+        v_lag := cwstore._advance_length(v_gid, v_lo, v_lo, 1, NULL, NULL);
+      ELSE
+        v_lag := cwstore._advance_length(v_gid, v_lo, v_lo, 1, ARRAY[v_lo], v_parent_seqs);
+      END IF;
+      IF v_lag >= cwstore.derive_lag() THEN
+        PERFORM cwstore._derive_history(v_gid, v_lo);
+      END IF;
+      RETURN NULL;
+    END IF;
     v_gid_last := v_gid;
     v_hi := v_lo;
     v_rows := 1;
-    v_semantic := v_one_kind = 'semantic';
-    v_keyed := v_one_key IS NOT NULL;
+    v_semantic := true;
+    v_keyed := true;
   ELSE
     -- The batch's graphs (usually one: then one aggregate gives its first and last
     -- sequence and count, the others only when there are more) and what its nodes hold.
@@ -912,14 +927,7 @@ BEGIN
     v_gid := v_gids[i];
     v_new := NULL;
     v_closed := NULL;
-    IF v_rows = 1 THEN
-      v_parent_seqs := cwstore._derive_node(v_gid, v_lo, v_one_id COLLATE "default",
-                                            v_one_parents, v_one_key COLLATE "default");
-      IF NOT (v_one_kind = 'semantic' OR (v_one_kind = 'system' AND cardinality(v_one_parents) = 0)) THEN
-        v_new := ARRAY[v_lo];
-        v_closed := v_parent_seqs;
-      END IF;
-    ELSIF v_rows <= 3 THEN
+    IF v_rows <= 3 THEN
       FOR nd IN SELECT n.seq, n.id, n.kind, n.parents, n.resource_key
                   FROM new_nodes n WHERE n.graph_id = v_gid ORDER BY n.seq LOOP
         -- The ids and keys as the default collation: nodes' are "C", and a "C" argument

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cwstore._rules import fold_frontier
 from cwstore.document import sort_parents
 from cwstore.identity import compute_id
 
@@ -539,6 +540,28 @@ def test_semantic_type_outside_a_fixed_vocabulary(conn: Conn) -> None:
     for vocab in (["decision"], None):
         other = new_graph(conn, vocab)
         insert(conn, other, 1, [system, n])
+
+
+@pytest.mark.parametrize("kind", ["goal", "system", "semantic", "inference"])
+@pytest.mark.parametrize("parentless", [True, False])
+def test_a_node_appended_alone_folds_as_the_rules_say(
+    conn: Conn, chain: tuple[int, list[dict[str, Any]]], kind: str, parentless: bool
+) -> None:
+    """One node in a statement of its own (the trigger's single-node path) joins the
+    frontier, replaces its parents or leaves the frontier alone as fold_frontier does,
+    a parentless node of every kind included."""
+    gid, nodes = chain
+    parents = [] if parentless else [nodes[1]["id"]]
+    if kind == "semantic":
+        n = node(kind, {"type": "fact", "key": "k", "content": "c"}, parents, "semantic:fact:k")
+    else:
+        n = node(kind, "alone", parents)
+    insert(conn, gid, 4, [n])
+    seqs = {x["id"]: i + 1 for i, x in enumerate([*nodes, n])}
+    got = conn.execute("SELECT frontier_seqs FROM cwstore.graphs WHERE graph_id = %s", (gid,))
+    row = got.fetchone()
+    assert row is not None
+    assert sorted(row[0]) == sorted(seqs[h] for h in fold_frontier([*nodes, n]))
 
 
 def test_a_declared_frontier_lists_each_head_once(conn: Conn, chain: tuple[int, Any]) -> None:
