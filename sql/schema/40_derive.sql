@@ -92,7 +92,8 @@ END $$;
 -- _derive_node(graph_id, seq, id, parents, resource_key) -> parent seqs: one new node's
 -- derived rows, for a statement of a few nodes, called in sequence order. One statement
 -- checks its parents (in order: sorted and listed once, existing, earlier) and records
--- the edges; a keyed node then checks and moves its chain: the key's head becomes a
+-- the edges (a single parent, which is sorted and once by itself, by an index lookup and
+-- an INSERT of its own: cheaper to start); a keyed node then checks and moves its chain: the key's head becomes a
 -- closed version (key_versions), the node the key's head (key_heads). Returns its
 -- parents' sequences, for the frontier's fold.
 CREATE FUNCTION cwstore._derive_node(p_graph_id bigint, p_seq bigint, p_id text,
