@@ -422,12 +422,12 @@ _CONSTRAINT_CODES: Mapping[str, tuple[str, str]] = {
     "nodes_id_key": ("duplicate_id", "$.id"),
     "nodes_pkey": ("sequence", "$.sequence"),
     "nodes_seq_check": ("sequence", "$.sequence"),
-    "edges_order_check": ("parent_order", "$.parents"),
     "nodes_resource_key_check": ("shape", "$.resourceKey"),
     "graphs_vocabulary_check": ("shape", "$.vocabulary"),
     "erasures_reason_check": ("shape", "$.reason"),
 }
-"""Named constraints of the node tables and the safeguard code each one holds."""
+"""Named constraints of the node tables (and the rules of a node row the nodes trigger
+refuses by such a name) and the safeguard code each one holds."""
 
 _UNREPRESENTABLE = frozenset({"22P02", "22P05", "22021"})
 """Text the server cannot read as JSON or hold as text (invalid syntax, U+0000, a

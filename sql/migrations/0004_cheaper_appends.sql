@@ -43,6 +43,11 @@
 -- of every version (key_history, the viewer's and the LangGraph saver's) take the
 -- head from key_heads. The open rows stored so far are deleted.
 --
+-- The tables an append writes lose their CHECK constraints, which PostgreSQL prepares
+-- again from their text in every statement that writes a row: a node row's rules are
+-- checked by the nodes trigger (_node_row_check), which refuses as the constraints did
+-- (23514, their names); the rows derived from nodes are written by that trigger only.
+--
 -- The truth about the schema is sql/schema/; the definitions below are copies of it,
 -- and tests/migration proves a database migrated here equal to one made from schema/.
 --
@@ -813,6 +818,52 @@ BEGIN
   RETURN v_parent_seqs;
 END $$;
 
+-- The CHECK constraints of the tables an append writes, moved: a node row's rules to the
+-- nodes trigger (_node_row_check, refusing as the constraints did), those of the rows
+-- derived from nodes dropped (the trigger writes them, from rows that passed).
+
+CREATE FUNCTION cwstore._node_row_check(p_seq bigint, p_id text, p_kind text, p_created text,
+                                        p_key text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE
+           WHEN NOT (p_seq >= 1) THEN 'nodes_seq_check'
+           WHEN NOT (length(p_id) = 27 AND left(p_id, 3) = 'cw_'
+                     AND translate(substr(p_id, 4), '0123456789abcdef', '') = '')
+             THEN 'nodes_id_check'
+           WHEN NOT (p_kind = ANY (cwstore.node_kinds())) THEN 'nodes_kind_check'
+           WHEN NOT (p_created ~
+                     '^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$')
+             THEN 'nodes_created_at_check'
+           WHEN p_key = '' THEN 'nodes_resource_key_check'
+         END
+$$;
+
+CREATE FUNCTION cwstore._refuse_node_row(p_rule text, p_graph_id bigint, p_seq bigint,
+                                         p_id text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = p_rule,
+    SCHEMA = 'cwstore', TABLE = 'nodes',
+    MESSAGE = format('new row for relation "nodes" violates check constraint "%s"', p_rule),
+    DETAIL = format('node %s, sequence %s of graph id %s: %s', quote_literal(p_id), p_seq,
+                    p_graph_id,
+                    CASE p_rule
+                      WHEN 'nodes_seq_check' THEN 'sequences count from 1'
+                      WHEN 'nodes_id_check' THEN 'an id is cw_ and 24 lowercase hex digits'
+                      WHEN 'nodes_kind_check' THEN 'a kind is one of cwstore.node_kinds()'
+                      WHEN 'nodes_created_at_check'
+                        THEN 'a createdAt is an RFC 3339 date-time with a zone'
+                      ELSE 'a resourceKey is not empty'
+                    END);
+END $$;
+
+ALTER TABLE cwstore.nodes DROP CONSTRAINT nodes_seq_check, DROP CONSTRAINT nodes_id_check,
+  DROP CONSTRAINT nodes_kind_check, DROP CONSTRAINT nodes_created_at_check,
+  DROP CONSTRAINT nodes_resource_key_check;
+ALTER TABLE cwstore.edges DROP CONSTRAINT edges_order_check;
+ALTER TABLE cwstore.key_versions DROP CONSTRAINT key_versions_check;
+ALTER TABLE cwstore.graphs DROP CONSTRAINT graphs_length_check;
+
 -- The nodes trigger reads a single node's fields in the aggregate that sums the statement
 -- up (no statement of its own to read that one row).
 CREATE OR REPLACE FUNCTION cwstore._nodes_inserted() RETURNS trigger
@@ -856,17 +907,24 @@ DECLARE
   v_one_kind text;
   v_one_parents text[];
   v_one_key text;
+  v_rule text;
+  v_rows_ok boolean;
 BEGIN
+  -- Every new row is checked by the rules of a node row first (_node_row_check).
   -- A statement of one node (no second row; most appends) is read by a scan of its one
   -- row, and derived here unless it is semantic: two scans and a few calls cost less
   -- than starting the aggregates and the arrays a statement of several nodes needs.
   PERFORM FROM new_nodes n OFFSET 1 LIMIT 1;
   IF NOT FOUND THEN
-    SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key
-      INTO v_gid, v_lo, v_one_id, v_one_kind, v_one_parents, v_one_key
+    SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key,
+           cwstore._node_row_check(n.seq, n.id, n.kind, n.created_at_text, n.resource_key)
+      INTO v_gid, v_lo, v_one_id, v_one_kind, v_one_parents, v_one_key, v_rule
       FROM new_nodes n;
     IF NOT FOUND THEN
       RETURN NULL;
+    END IF;
+    IF v_rule IS NOT NULL THEN
+      PERFORM cwstore._refuse_node_row(v_rule, v_gid, v_lo, v_one_id);
     END IF;
     IF v_one_kind <> 'semantic' THEN
       v_parent_seqs := cwstore._derive_node(v_gid, v_lo, v_one_id COLLATE "default",
@@ -890,9 +948,21 @@ BEGIN
     -- The batch's graphs (usually one: then one aggregate gives its first and last
     -- sequence and count, the others only when there are more) and what its nodes hold.
     SELECT min(n.graph_id), max(n.graph_id), min(n.seq), max(n.seq), count(*),
-           bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL)
-      INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed
+           bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL),
+           bool_and(cwstore._node_row_check(n.seq, n.id, n.kind, n.created_at_text,
+                                            n.resource_key) IS NULL)
+      INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed, v_rows_ok
       FROM new_nodes n;
+    IF NOT v_rows_ok THEN
+      -- The first row written that breaks a rule (the transition table keeps their order).
+      SELECT x.rule, n.graph_id, n.seq, n.id INTO v_rule, v_gid, v_lo, v_one_id
+        FROM new_nodes n
+       CROSS JOIN LATERAL (SELECT cwstore._node_row_check(n.seq, n.id, n.kind, n.created_at_text,
+                                                          n.resource_key) AS rule) x
+       WHERE x.rule IS NOT NULL
+       LIMIT 1;
+      PERFORM cwstore._refuse_node_row(v_rule, v_gid, v_lo, v_one_id);
+    END IF;
   END IF;
   IF v_gid = v_gid_last THEN
     v_gids := ARRAY[v_gid];

@@ -115,7 +115,8 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
                  E'\x01', '\\')
 $$;
 
--- createdAt is checked to be RFC 3339 with an explicit zone (nodes_created_at_check), so
+-- createdAt is checked to be RFC 3339 with an explicit zone (the row rule
+-- nodes_created_at_check of cwstore._node_row_check), so
 -- parsing it does not depend on the session's TimeZone or DateStyle: that is what makes
 -- IMMUTABLE true. PostgreSQL keeps microseconds; a createdAt with more digits is rounded
 -- UP to the next microsecond, so "createdAt <= T" stays exact for any T it can hold.
@@ -253,8 +254,8 @@ COMMENT ON FUNCTION cwstore._json_member_text(text, text) IS
 
 -- The runtime's JSON object of a stored node, fields in the runtime's order: what export
 -- concatenates, built as it reads. Its arguments are a row of cwstore.nodes, whose id,
--- kind, parents and createdAt hold nothing JSON escapes (nodes_id_check,
--- nodes_kind_check, nodes_created_at_check, and parents are ids of nodes), so they are
+-- kind, parents and createdAt hold nothing JSON escapes (the row rules nodes_id_check,
+-- nodes_kind_check and nodes_created_at_check; parents are ids of nodes), so they are
 -- quoted as they are; the resourceKey, any text, goes through to_json. STABLE, as
 -- to_json is, so that a query calling it gets its body inlined (a SQL function declared
 -- more strictly than its body is called instead, its body planned again each time).

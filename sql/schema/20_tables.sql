@@ -16,6 +16,15 @@
 -- name finds its graph's row by the keys of its chain (cwstore.graph_id_of), and
 -- graph_key_detours records the keys a chain passed over; erasures is the audit record
 -- of erased graphs (90_erasure.sql).
+--
+-- The tables an append writes carry no CHECK constraints: PostgreSQL reads a table's
+-- CHECK expressions back from their text and prepares them again in every statement
+-- that writes a row, a tenth of a single-node append. A node row's own rules (its
+-- sequence, id, kind, createdAt and resourceKey) are checked by the nodes trigger
+-- (cwstore._node_row_check, 30_guards.sql), refusing as those constraints did (23514,
+-- nodes_seq_check ... nodes_resource_key_check); the rows derived from nodes (edges,
+-- key versions, the graph's length) are written by that trigger only, from nodes that
+-- passed its rules.
 
 -- Each life of a graph gets a number of its own, so that what follows one life (a tail,
 -- a remembered prefix) can tell it from the next life of the same name. A sequence:
@@ -37,8 +46,7 @@ CREATE TABLE cwstore.graphs (
     DEFAULT nullif(pg_catalog.current_setting('cwstore.retention_group', true), ''),
   frontier_seqs bigint[] NOT NULL DEFAULT '{}',
   derived_length bigint NOT NULL DEFAULT 0,
-  CONSTRAINT graphs_pkey PRIMARY KEY (graph_id),
-  CONSTRAINT graphs_length_check CHECK (length >= 0)
+  CONSTRAINT graphs_pkey PRIMARY KEY (graph_id)
 );
 -- The graphs of a retention group (cwstore._idle, erase_idle_v1): a group is looked up
 -- within its tenant.
@@ -85,14 +93,7 @@ CREATE TABLE cwstore.nodes (
   recorded_at      timestamptz NOT NULL DEFAULT now(),
   xid              bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
   CONSTRAINT nodes_pkey PRIMARY KEY (graph_id, seq),
-  CONSTRAINT nodes_id_key UNIQUE (graph_id, id),
-  CONSTRAINT nodes_seq_check CHECK (seq >= 1),
-  CONSTRAINT nodes_id_check CHECK (length(id) = 27 AND left(id, 3) = 'cw_'
-                                   AND translate(substr(id, 4), '0123456789abcdef', '') = ''),
-  CONSTRAINT nodes_kind_check CHECK (kind = ANY (cwstore.node_kinds())),
-  CONSTRAINT nodes_created_at_check CHECK (created_at_text ~
-    '^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$'),
-  CONSTRAINT nodes_resource_key_check CHECK (resource_key <> '')
+  CONSTRAINT nodes_id_key UNIQUE (graph_id, id)
 );
 COMMENT ON TABLE cwstore.nodes IS
   'Append-only node log. seq is gapless per graph from 1. payload_text is the exact JSON the runtime wrote (member order, numbers, \u0000), stored once; cwstore.payload_jsonb(payload_text) (the payload column of node_view) is its queryable jsonb, usable in expression indexes. created_at_text is the runtime''s createdAt byte for byte, created_at its parsed value, recorded_at when the database stored the node, xid orders the all-graphs feed: the writing transaction''s 64-bit id, raised when needed to the graph''s previous node''s so it never goes back within a graph (append_v1 does this; see tail_all).';
@@ -118,8 +119,7 @@ CREATE TABLE cwstore.edges (
   child_seq   bigint NOT NULL,
   position    integer NOT NULL,
   parent_seq  bigint NOT NULL,
-  CONSTRAINT edges_pkey PRIMARY KEY (graph_id, child_seq, position),
-  CONSTRAINT edges_order_check CHECK (parent_seq < child_seq AND parent_seq >= 1)
+  CONSTRAINT edges_pkey PRIMARY KEY (graph_id, child_seq, position)
 );
 CREATE INDEX edges_parent_idx ON cwstore.edges (graph_id, parent_seq, child_seq);
 COMMENT ON TABLE cwstore.edges IS
@@ -161,8 +161,7 @@ CREATE TABLE cwstore.key_versions (
   key       text NOT NULL,
   version   integer NOT NULL,
   node_seq  bigint NOT NULL,
-  to_seq    bigint NOT NULL,
-  CONSTRAINT key_versions_check CHECK (node_seq < to_seq AND version >= 1)
+  to_seq    bigint NOT NULL
 );
 -- Versions grow with node_seq along a key, so one index serves "version n" and "the
 -- version in force at s"; written only by the nodes trigger, it needs no other key.

@@ -1,7 +1,8 @@
 -- 30_guards: history is append-only; derived tables are written by the nodes trigger
 -- only; a graph's id, name and length are kept by cwstore; rows of a graph are removed
 -- only by its erasure (the trigger of cwstore.erasures, 90_erasure.sql), which runs at
--- trigger depth 1 like the nodes trigger; the audit record itself is append-only.
+-- trigger depth 1 like the nodes trigger; the audit record itself is append-only; a
+-- node row's own rules, which the nodes trigger checks (_node_row_check).
 --
 -- The guards of the derived tables and of graphs' UPDATE fire only for the writes they
 -- refuse: a trigger's WHEN condition is evaluated without entering the function, and
@@ -9,7 +10,8 @@
 -- own statement, 1 inside the nodes trigger). Entering a plpgsql function only to be let
 -- through cost about a fifth of a single-node append.
 --
--- SQLSTATEs raised: CW403 (DETAIL {"table", "operation"}, and "graph" for graphs).
+-- SQLSTATEs raised: CW403 (DETAIL {"table", "operation"}, and "graph" for graphs);
+-- 23514 with the rule's name as the constraint (graphs' settings, a node row's rules).
 
 CREATE FUNCTION cwstore._refuse_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -172,3 +174,47 @@ CREATE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON cwstore.erasures
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
 CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON cwstore.erasures
   FOR EACH STATEMENT EXECUTE FUNCTION cwstore._refuse_change();
+
+-- _node_row_check(seq, id, kind, createdAt, resourceKey) -> the name of the first rule
+-- a node row breaks, or NULL: its sequence counts from 1; its id is cw_ and 24 lowercase
+-- hex digits; its kind one of the ten; its createdAt RFC 3339 with a zone (what makes
+-- cwstore.parse_time IMMUTABLE); a resourceKey, when given, not empty. The nodes trigger
+-- checks every new row by it before anything else (a NULL rule holds, as a CHECK's
+-- would). A SQL expression, inlined where it is called.
+CREATE FUNCTION cwstore._node_row_check(p_seq bigint, p_id text, p_kind text, p_created text,
+                                        p_key text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE
+           WHEN NOT (p_seq >= 1) THEN 'nodes_seq_check'
+           WHEN NOT (length(p_id) = 27 AND left(p_id, 3) = 'cw_'
+                     AND translate(substr(p_id, 4), '0123456789abcdef', '') = '')
+             THEN 'nodes_id_check'
+           WHEN NOT (p_kind = ANY (cwstore.node_kinds())) THEN 'nodes_kind_check'
+           WHEN NOT (p_created ~
+                     '^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$')
+             THEN 'nodes_created_at_check'
+           WHEN p_key = '' THEN 'nodes_resource_key_check'
+         END
+$$;
+
+-- _refuse_node_row(rule, graph_id, seq, id): a node row that breaks a rule of
+-- _node_row_check refused as a CHECK constraint of that name would refuse it (23514,
+-- the rule's name as the constraint, table cwstore.nodes).
+CREATE FUNCTION cwstore._refuse_node_row(p_rule text, p_graph_id bigint, p_seq bigint,
+                                         p_id text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = p_rule,
+    SCHEMA = 'cwstore', TABLE = 'nodes',
+    MESSAGE = format('new row for relation "nodes" violates check constraint "%s"', p_rule),
+    DETAIL = format('node %s, sequence %s of graph id %s: %s', quote_literal(p_id), p_seq,
+                    p_graph_id,
+                    CASE p_rule
+                      WHEN 'nodes_seq_check' THEN 'sequences count from 1'
+                      WHEN 'nodes_id_check' THEN 'an id is cw_ and 24 lowercase hex digits'
+                      WHEN 'nodes_kind_check' THEN 'a kind is one of cwstore.node_kinds()'
+                      WHEN 'nodes_created_at_check'
+                        THEN 'a createdAt is an RFC 3339 date-time with a zone'
+                      ELSE 'a resourceKey is not empty'
+                    END);
+END $$;

@@ -5,9 +5,10 @@
 -- of nodes at a time; and the trigger of declared frontiers.
 --
 -- Whoever writes (append_v1, import_rows_v1, a COPY by the owner, psql), every invariant
--- the database can hold is checked here: parents that exist, come earlier and are sorted,
--- semantic payloads of the right shape and vocabulary, resource chains that link to the
--- key's head, gapless sequences.
+-- the database can hold is checked here: a row's own rules (_node_row_check,
+-- 30_guards.sql), parents that exist, come earlier and are sorted, semantic payloads of
+-- the right shape and vocabulary, resource chains that link to the key's head, gapless
+-- sequences.
 --
 -- The frontier's history and the counts trail the nodes: graphs.derived_length is the
 -- last node whose spans and counts are written. The write that takes a graph
@@ -646,17 +647,24 @@ DECLARE
   v_one_kind text;
   v_one_parents text[];
   v_one_key text;
+  v_rule text;
+  v_rows_ok boolean;
 BEGIN
+  -- Every new row is checked by the rules of a node row first (_node_row_check).
   -- A statement of one node (no second row; most appends) is read by a scan of its one
   -- row, and derived here unless it is semantic: two scans and a few calls cost less
   -- than starting the aggregates and the arrays a statement of several nodes needs.
   PERFORM FROM new_nodes n OFFSET 1 LIMIT 1;
   IF NOT FOUND THEN
-    SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key
-      INTO v_gid, v_lo, v_one_id, v_one_kind, v_one_parents, v_one_key
+    SELECT n.graph_id, n.seq, n.id, n.kind, n.parents, n.resource_key,
+           cwstore._node_row_check(n.seq, n.id, n.kind, n.created_at_text, n.resource_key)
+      INTO v_gid, v_lo, v_one_id, v_one_kind, v_one_parents, v_one_key, v_rule
       FROM new_nodes n;
     IF NOT FOUND THEN
       RETURN NULL;
+    END IF;
+    IF v_rule IS NOT NULL THEN
+      PERFORM cwstore._refuse_node_row(v_rule, v_gid, v_lo, v_one_id);
     END IF;
     IF v_one_kind <> 'semantic' THEN
       v_parent_seqs := cwstore._derive_node(v_gid, v_lo, v_one_id COLLATE "default",
@@ -680,9 +688,21 @@ BEGIN
     -- The batch's graphs (usually one: then one aggregate gives its first and last
     -- sequence and count, the others only when there are more) and what its nodes hold.
     SELECT min(n.graph_id), max(n.graph_id), min(n.seq), max(n.seq), count(*),
-           bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL)
-      INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed
+           bool_or(n.kind = 'semantic'), bool_or(n.resource_key IS NOT NULL),
+           bool_and(cwstore._node_row_check(n.seq, n.id, n.kind, n.created_at_text,
+                                            n.resource_key) IS NULL)
+      INTO v_gid, v_gid_last, v_lo, v_hi, v_rows, v_semantic, v_keyed, v_rows_ok
       FROM new_nodes n;
+    IF NOT v_rows_ok THEN
+      -- The first row written that breaks a rule (the transition table keeps their order).
+      SELECT x.rule, n.graph_id, n.seq, n.id INTO v_rule, v_gid, v_lo, v_one_id
+        FROM new_nodes n
+       CROSS JOIN LATERAL (SELECT cwstore._node_row_check(n.seq, n.id, n.kind, n.created_at_text,
+                                                          n.resource_key) AS rule) x
+       WHERE x.rule IS NOT NULL
+       LIMIT 1;
+      PERFORM cwstore._refuse_node_row(v_rule, v_gid, v_lo, v_one_id);
+    END IF;
   END IF;
   IF v_gid = v_gid_last THEN
     v_gids := ARRAY[v_gid];

@@ -499,6 +499,53 @@ def test_created_at_needs_a_zone(
     assert (err.diag.sqlstate, err.diag.constraint_name) == ("23514", "nodes_created_at_check")
 
 
+def test_resource_key_not_empty(conn: Conn, chain: tuple[int, list[dict[str, Any]]]) -> None:
+    gid, nodes = chain
+    n = node("resource", "v1", [nodes[1]["id"]]) | {"key": ""}
+    err = refused(conn, lambda: insert(conn, gid, 4, [n]))
+    assert (err.diag.sqlstate, err.diag.constraint_name) == ("23514", "nodes_resource_key_check")
+
+
+ROW_RULES: dict[str, dict[str, Any]] = {
+    "nodes_seq_check": {"seq": 0},
+    "nodes_id_check": {"id": "cw_" + "G" * 24},
+    "nodes_kind_check": {"kind": "thought"},
+    "nodes_created_at_check": {"created_at": "2026-12-02 14:38:31Z"},
+    "nodes_resource_key_check": {"key": ""},
+}
+"""Each rule of a node row, and a change to a well-formed node that breaks it."""
+
+
+@pytest.mark.parametrize("rows", [2, 5], ids=["few rows", "many rows"])
+@pytest.mark.parametrize("rule", sorted(ROW_RULES))
+def test_a_row_rule_refuses_a_statement_of_several_rows(
+    conn: Conn, chain: tuple[int, list[dict[str, Any]]], rule: str, rows: int
+) -> None:
+    """The rules hold for every row of a statement, not only its first (the nodes
+    trigger checks them, as the table's CHECK constraints once did), and the refusal
+    names the row that broke one: here the last."""
+    gid, nodes = chain
+    batch = [node("answer", f"a{i}", [nodes[2]["id"]]) for i in range(rows)]
+    batch[-1] = batch[-1] | ROW_RULES[rule]
+    err = refused(conn, lambda: insert(conn, gid, 4, batch))
+    assert (err.diag.sqlstate, err.diag.constraint_name) == ("23514", rule)
+    assert (err.diag.schema_name, err.diag.table_name) == ("cwstore", "nodes")
+    seq = 0 if rule == "nodes_seq_check" else 3 + rows
+    assert f"sequence {seq} of graph id {gid}" in (err.diag.message_detail or "")
+
+
+def test_the_first_row_that_breaks_a_rule_is_named(
+    conn: Conn, chain: tuple[int, list[dict[str, Any]]]
+) -> None:
+    gid, nodes = chain
+    batch = [node("answer", f"a{i}", [nodes[2]["id"]]) for i in range(4)]
+    batch[1] = batch[1] | ROW_RULES["nodes_kind_check"]
+    batch[2] = batch[2] | ROW_RULES["nodes_id_check"]
+    err = refused(conn, lambda: insert(conn, gid, 4, batch))
+    assert err.diag.constraint_name == "nodes_kind_check"
+    assert f"sequence 5 of graph id {gid}" in (err.diag.message_detail or "")
+
+
 def test_resource_version_must_link_to_the_head(
     conn: Conn, chain: tuple[int, list[dict[str, Any]]]
 ) -> None:

@@ -71,7 +71,7 @@ def test_schema_and_migrations_build_the_same_database(built: tuple[str, str]) -
         "DROP POLICY edges_tenant ON cwstore.edges",
         "ALTER TABLE cwstore.kind_counts DISABLE ROW LEVEL SECURITY",
         "DROP INDEX cwstore.key_heads_semantic_idx",
-        "ALTER TABLE cwstore.nodes DROP CONSTRAINT nodes_resource_key_check",
+        "ALTER TABLE cwstore.frontier_spans DROP CONSTRAINT frontier_spans_check",
         "ALTER TABLE cwstore.graphs ALTER COLUMN tenant SET DEFAULT 'other'",
         "ALTER TABLE cwstore.key_heads DISABLE TRIGGER key_heads_no_truncate",
         "ALTER VIEW cwstore.node_view RESET (security_invoker)",
