@@ -415,6 +415,8 @@ def write(value: Any, order: KeyOrder | None = None) -> str:
     given). The value must be free of :func:`problems`.
     """
     try:
+        if order is None and _plain(value) is _NO_FLOATS:
+            return _dumps_fast(value)
         return _dumps_fast(_fast_copy(value, order))
     except (_Slow, RecursionError):
         return _write_slow(value, order)
@@ -464,6 +466,48 @@ def _exact_double(v: int) -> bool:
         return False
 
 
+_NO_FLOATS = "no floats"
+_FLOATS = "floats"
+
+
+def _plain(value: Any) -> str | None:
+    """Whether ``value`` is plainly free of :func:`problems`, found without the paths
+    that :func:`problems` builds for every member: only ``dict``, ``list``, ``str``,
+    ``int`` within ±(2**53-1), finite ``float``, ``bool`` and ``None`` (no subclass),
+    string keys, no lone surrogate, nesting within :data:`MAX_DEPTH`. Returns
+    ``_NO_FLOATS`` or ``_FLOATS`` (json's C encoder writes a value without floats as
+    ``JSON.stringify`` does), or None: then :func:`problems` decides."""
+    floats = False
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        t = type(v)
+        if t is str:
+            if not v.isascii() and _bad_string(v):
+                return None
+        elif t is dict:
+            if depth >= MAX_DEPTH:
+                return None
+            for k, item in v.items():
+                if type(k) is not str or (not k.isascii() and _bad_string(k)):
+                    return None
+                stack.append((item, depth + 1))
+        elif t is list:
+            if depth >= MAX_DEPTH:
+                return None
+            stack.extend([(item, depth + 1) for item in v])
+        elif t is int:
+            if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                return None
+        elif t is float:
+            if not math.isfinite(v):
+                return None
+            floats = True
+        elif not (v is None or t is bool):
+            return None
+    return _FLOATS if floats else _NO_FLOATS
+
+
 def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
     """Yield ``(code, path, message)`` for everything that cannot be kept exactly.
 
@@ -471,6 +515,12 @@ def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
     surrogates, nesting deeper than :data:`MAX_DEPTH`) and ``shape`` (a key given
     twice, a Python value that is not JSON). Iterative: any depth is safe.
     """
+    if _plain(value) is None:
+        yield from _problems_walk(value, path)
+
+
+def _problems_walk(value: Any, path: str) -> Iterator[tuple[str, str, str]]:
+    """:func:`problems` by a walk of every value, each with its path."""
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         v, p, depth = stack.pop()
