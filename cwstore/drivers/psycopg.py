@@ -101,11 +101,24 @@ def _row_class(names: tuple[str, ...]) -> type[NamedRow]:
     return type("NamedRow", (NamedRow,), {"__slots__": (), "_positions": positions})
 
 
+@lru_cache(maxsize=512)
+def _ascii_row_class(names: tuple[bytes, ...]) -> type[NamedRow]:
+    return _row_class(tuple(name.decode("ascii") for name in names))
+
+
+_TUPLES = frozenset({pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE})
+
+
 def named_row(cursor: psycopg.Cursor[Any]) -> RowMaker[NamedRow]:
-    """psycopg's row factory for :class:`NamedRow`: the names read once per result."""
-    description = cursor.description
-    if description is None:
+    """psycopg's row factory for :class:`NamedRow`: the names read once per result
+    (ASCII names, every one of cwstore's, straight from the result's field names)."""
+    res = cursor.pgresult
+    if res is None or not (res.nfields or res.status in _TUPLES):
         return no_result
+    raw = tuple(res.fname(i) or b"" for i in range(res.nfields))
+    if all(name.isascii() for name in raw):
+        return _ascii_row_class(raw)
+    description = cursor.description or []
     return _row_class(tuple(column.name for column in description))
 
 

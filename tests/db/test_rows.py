@@ -19,6 +19,10 @@ NAMES = ("seq", "id", "parents", "payload_text", "resource_key")
 VALUES = (7, "n1", ["a", "b"], '{"k": 1}', None)
 TWICE = "SELECT 1 AS a, 2 AS a"
 SWAPPED = ("SELECT 1 AS a, 2 AS b", "SELECT 3 AS b, 4 AS a")
+# Names beyond ASCII (the psycopg adapter reads ASCII names another way), after the
+# same names in ASCII were read, and a result with no columns at all.
+WIDE = ('SELECT 1 AS "\u00e9t\u00e9", 2 AS "ete"', 'SELECT 3 AS "ete", 4 AS "\u00e9t\u00e9"')
+NO_COLUMNS = "SELECT"
 
 
 def _check(row: Row | None) -> None:
@@ -48,6 +52,8 @@ async def test_asyncpg_rows_by_name_and_position(db_dsn: str) -> None:
             assert await conn.fetch(QUERY + " WHERE false") == []
             assert _by_name(await conn.fetch(TWICE)) == [2]
             assert [_by_name(await conn.fetch(q)) for q in SWAPPED] == [[1], [4]]
+            assert [(await conn.fetch(q))[0]["\u00e9t\u00e9"] for q in WIDE] == [1, 4]
+            assert [tuple(r) for r in await conn.fetch(NO_COLUMNS)] == [()]
     finally:
         await pool.close()
 
@@ -62,5 +68,7 @@ def test_psycopg_rows_by_name_and_position(db_dsn: str) -> None:
             assert conn.fetch(QUERY + " WHERE false") == []
             assert _by_name(conn.fetch(TWICE)) == [2]
             assert [_by_name(conn.fetch(q)) for q in SWAPPED] == [[1], [4]]
+            assert [conn.fetch(q)[0]["\u00e9t\u00e9"] for q in WIDE] == [1, 4]
+            assert [tuple(r) for r in conn.fetch(NO_COLUMNS)] == [()]
     finally:
         pool.close()
