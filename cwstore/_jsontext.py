@@ -26,7 +26,7 @@ import json
 import json.decoder
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -477,25 +477,53 @@ def _plain(value: Any) -> str | None:
     string keys, no lone surrogate, nesting within :data:`MAX_DEPTH`. Returns
     ``_NO_FLOATS`` or ``_FLOATS`` (json's C encoder writes a value without floats as
     ``JSON.stringify`` does), or None: then :func:`problems` decides."""
+    # Level by level: only containers are kept for later, each scalar is checked where
+    # its container is read.
     floats = False
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        v, depth = stack.pop()
+    level = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        for container in level:
+            members = _plain_members(container, depth)
+            if members is None:
+                return None
+            found = _plain_scalars(members, below)
+            if found is None:
+                return None
+            floats = floats or found
+        level = below
+        depth += 1
+    return _FLOATS if floats else _NO_FLOATS
+
+
+def _plain_members(container: Any, depth: int) -> Iterable[Any] | None:
+    """The values of a container at ``depth`` (a scalar: itself), or None when it cannot
+    be plain (too deep, or a key that is not a plain string)."""
+    t = type(container)
+    if t is dict:
+        if depth >= MAX_DEPTH:
+            return None
+        for k in container:
+            if type(k) is not str or (not k.isascii() and _bad_string(k)):
+                return None
+        return container.values()  # type: ignore[no-any-return]
+    if t is list:
+        return None if depth >= MAX_DEPTH else container
+    return (container,)
+
+
+def _plain_scalars(members: Iterable[Any], below: list[Any]) -> bool | None:
+    """Check each scalar of ``members`` and put each container in ``below``: whether a
+    float was met, or None when one cannot be plain."""
+    floats = False
+    for v in members:
         t = type(v)
         if t is str:
             if not v.isascii() and _bad_string(v):
                 return None
-        elif t is dict:
-            if depth >= MAX_DEPTH:
-                return None
-            for k, item in v.items():
-                if type(k) is not str or (not k.isascii() and _bad_string(k)):
-                    return None
-                stack.append((item, depth + 1))
-        elif t is list:
-            if depth >= MAX_DEPTH:
-                return None
-            stack.extend([(item, depth + 1) for item in v])
+        elif t is dict or t is list:
+            below.append(v)
         elif t is int:
             if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
                 return None
@@ -505,7 +533,7 @@ def _plain(value: Any) -> str | None:
             floats = True
         elif not (v is None or t is bool):
             return None
-    return _FLOATS if floats else _NO_FLOATS
+    return floats
 
 
 def problems(value: Any, path: str = "$") -> Iterator[tuple[str, str, str]]:
