@@ -17,10 +17,17 @@ each a single statement on copies of cwstore's own tables:
 5. **+ batch checks**: instead of 4, the whole batch read and checked by
    ``cwstore._batch_fields`` (the JSON text of the batch, as ``append_v1`` takes it; it
    calls ``_node_problem``).
-6. **append_v1**: the door as it is: the graph's tenant and life, the checks, the lock,
+6. **+ edge, frontier by a statement trigger** and **by a row trigger**: row 2's
+   statement into another copy of ``cwstore.nodes``, whose ``AFTER INSERT`` trigger
+   (plpgsql, as cwstore's design keeps the current frontier: by triggers in the
+   append's transaction) writes the edge and folds the frontier with row 3's
+   statements. The statement trigger reads the new row from its transition table, as
+   cwstore's nodes trigger does; the row trigger is given it. No checks: what the
+   trigger itself costs, beside row 3.
+7. **append_v1**: the door as it is: the graph's tenant and life, the checks, the lock,
    the node, the nodes trigger (edges, frontier, length, the history's watermark), the
    returned rows.
-7. **one statement (prototype)**: a sketch of the next design, in a database of its own
+8. **one statement (prototype)**: a sketch of the next design, in a database of its own
    whose nodes, edges and graphs triggers are off: the graph's tenant and life
    (``_writer_life``) and the batch's checks (``_batch_fields``) as ``append_v1`` reads
    them, then one statement that locks and moves the graph's row (length, frontier,
@@ -71,6 +78,56 @@ CREATE TABLE floor_nodes (LIKE cwstore.nodes INCLUDING ALL);
 CREATE TABLE floor_edges (LIKE cwstore.edges INCLUDING ALL);
 """
 
+# Row 2's node row, into a copy of nodes whose trigger derives the edge and the frontier
+# (floor_derive_statement for floor_snodes, floor_derive_row for floor_rnodes).
+TRIGGER_SETUP = """
+CREATE TABLE floor_snodes (LIKE cwstore.nodes INCLUDING ALL);
+CREATE TABLE floor_sedges (LIKE cwstore.edges INCLUDING ALL);
+CREATE TABLE floor_rnodes (LIKE cwstore.nodes INCLUDING ALL);
+CREATE TABLE floor_redges (LIKE cwstore.edges INCLUDING ALL);
+CREATE FUNCTION floor_derive_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_gid bigint;
+  v_seq bigint;
+  v_parents text[];
+BEGIN
+  SELECT n.graph_id, n.seq, n.parents INTO v_gid, v_seq, v_parents FROM new_nodes n;
+  INSERT INTO floor_sedges (graph_id, child_seq, position, parent_seq)
+  SELECT v_gid, v_seq, u.o - 1, m.seq
+    FROM unnest(v_parents) WITH ORDINALITY AS u(pid, o)
+    JOIN LATERAL (SELECT p.seq FROM floor_snodes p
+                   WHERE p.graph_id = v_gid AND p.id = u.pid LIMIT 1) m ON true;
+  UPDATE floor_graphs
+     SET frontier_seqs = array_append(
+           array_remove(frontier_seqs, (SELECT p.seq FROM floor_snodes p
+                                         WHERE p.graph_id = v_gid AND p.id = v_parents[1])),
+           v_seq)
+   WHERE graph_id = v_gid;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER floor_snodes_inserted AFTER INSERT ON floor_snodes
+  REFERENCING NEW TABLE AS new_nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION floor_derive_statement();
+CREATE FUNCTION floor_derive_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO floor_redges (graph_id, child_seq, position, parent_seq)
+  SELECT NEW.graph_id, NEW.seq, u.o - 1, m.seq
+    FROM unnest(NEW.parents) WITH ORDINALITY AS u(pid, o)
+    JOIN LATERAL (SELECT p.seq FROM floor_rnodes p
+                   WHERE p.graph_id = NEW.graph_id AND p.id = u.pid LIMIT 1) m ON true;
+  UPDATE floor_graphs
+     SET frontier_seqs = array_append(
+           array_remove(frontier_seqs, (SELECT p.seq FROM floor_rnodes p
+                                         WHERE p.graph_id = NEW.graph_id
+                                           AND p.id = NEW.parents[1])),
+           NEW.seq)
+   WHERE graph_id = NEW.graph_id;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER floor_rnodes_inserted AFTER INSERT ON floor_rnodes
+  FOR EACH ROW EXECUTE FUNCTION floor_derive_row();
+"""
+
 NODE_ROW = """
 WITH c AS (UPDATE floor_graphs SET length = length + 1, written_at = clock_timestamp()
             WHERE graph_id = $1 RETURNING length)
@@ -113,6 +170,8 @@ BATCH_CHECKS = WITH_EDGE.format(
     checks="k AS (SELECT b.b_ids FROM cwstore._batch_fields($6::json, false) b),",
     where=", k WHERE k.b_ids IS NOT NULL",
 )
+STATEMENT_TRIGGER = NODE_ROW.replace("floor_nodes", "floor_snodes")
+ROW_TRIGGER = NODE_ROW.replace("floor_nodes", "floor_rnodes")
 APPEND = "SELECT seq FROM cwstore.append_v1($1, $2::json)"
 
 PROTOTYPE_SETUP = """
@@ -223,6 +282,8 @@ def rows() -> list[Row]:
         Row("+ edge, frontier", EDGE, _floor_args, 2),
         Row("+ node checks", NODE_CHECKS, _floor_args, 3),
         Row("+ batch checks", BATCH_CHECKS, _batch_args, 4),
+        Row("+ edge, frontier by a statement trigger", STATEMENT_TRIGGER, _floor_args, 5),
+        Row("+ edge, frontier by a row trigger", ROW_TRIGGER, _floor_args, 6),
         Row("append_v1", APPEND, _append_args, "floor"),
         Row("one statement (prototype)", PROTOTYPE, _append_args, "floor", "prototype"),
     ]
@@ -248,8 +309,9 @@ async def _setup(dsns: dict[str, str]) -> None:
     setup = {
         "main": BASE_SETUP
         + FLOOR_SETUP
+        + TRIGGER_SETUP
         + "INSERT INTO counter VALUES ('floor', 0);"
-        + "INSERT INTO floor_graphs SELECT g, 0, NULL, '{}' FROM generate_series(1, 4) g;",
+        + "INSERT INTO floor_graphs SELECT g, 0, NULL, '{}' FROM generate_series(1, 6) g;",
         "prototype": PROTOTYPE_SETUP,
     }
     for name, dsn in dsns.items():
@@ -303,6 +365,10 @@ async def _verify(dsns: dict[str, str], appended: int) -> None:
         await _fetch(main, "SELECT graph_id, count(*), max(seq) FROM floor_nodes GROUP BY 1"),
         await _fetch(main, "SELECT graph_id, count(*) FROM floor_edges GROUP BY 1"),
         await _fetch(main, "SELECT length, frontier_seqs FROM floor_graphs WHERE graph_id > 1"),
+        await _fetch(main, "SELECT graph_id, count(*), max(seq) FROM floor_snodes GROUP BY 1"),
+        await _fetch(main, "SELECT graph_id, count(*) FROM floor_sedges GROUP BY 1"),
+        await _fetch(main, "SELECT graph_id, count(*), max(seq) FROM floor_rnodes GROUP BY 1"),
+        await _fetch(main, "SELECT graph_id, count(*) FROM floor_redges GROUP BY 1"),
         await _fetch(main, "SELECT count(*), max(seq) FROM cwstore.nodes"),
         await _fetch(main, "SELECT count(*) FROM cwstore.edges"),
         await _fetch(prototype, "SELECT count(*), max(seq) FROM cwstore.nodes"),
@@ -314,7 +380,11 @@ async def _verify(dsns: dict[str, str], appended: int) -> None:
         [(n, n)],
         [(g, n, n) for g in (1, 2, 3, 4)],
         [(g, n - 1) for g in (2, 3, 4)],
-        [(n, [n])] * 3,
+        [(n, [n])] * 5,
+        [(5, n, n)],
+        [(5, n - 1)],
+        [(6, n, n)],
+        [(6, n - 1)],
         [(n, n)],
         [(n - 1,)],
         [(n, n)],
@@ -332,7 +402,8 @@ def markdown(measured: list[Row], header: str) -> str:
         header,
         "A single-node append built up from row 8's one-statement baseline, each row one",
         "statement on copies of cwstore's tables (node row; its edge and the frontier; the",
-        "node's checks; or the batch's), then the door (`append_v1`) and a sketch of the",
+        "node's checks; or the batch's; or the edge and the frontier written by a trigger),",
+        "then the door (`append_v1`) and a sketch of the",
         "next design (one statement after the checks, which handles only this benchmark's",
         "appends); what each row is, in the script's docstring. Server CPU of the backend",
         f"per call, {len(measured[0].samples)} rounds rotating the rows' order. Issue 37's",

@@ -22,6 +22,8 @@ ROWS = [
     "+ edge, frontier",
     "+ node checks",
     "+ batch checks",
+    "+ edge, frontier by a statement trigger",
+    "+ edge, frontier by a row trigger",
     "append_v1",
     "one statement (prototype)",
 ]
